@@ -1,0 +1,399 @@
+//! Typed decoding: the postcard wire format, read strictly and within [`Limits`].
+//!
+//! What a byte string may become is fixed by the caller's Rust type: this deserializer never
+//! looks a type up from the input and refuses `deserialize_any`. Each nesting level is entered
+//! through [`Reader::enter`], each element through [`Reader::reserve_items`], each string
+//! through [`Reader::length_prefixed`], so every budget is checked before its cost is paid.
+
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+
+use crate::reader::Reader;
+use crate::{DecodeError, Limits};
+
+/// Decodes one `T` from the whole of `input`, in the postcard wire format, within `limits`.
+///
+/// Refuses: input over `max_bytes`; nesting over `max_depth`; more than `max_items` elements;
+/// strings over `max_len`; any length prefix beyond the remaining input; invalid UTF-8;
+/// bool/option/enum tags out of range; overlong or overflowing varints; trailing bytes. Borrowed
+/// `&str` and `&[u8]` fields point into `input` without copying.
+///
+/// ```
+/// use airlock_codec::{from_slice, to_vec, Limits, DecodeError};
+/// let bytes = to_vec(&(7u32, "seven")).unwrap();
+/// let back: (u32, &str) = from_slice(&bytes, &Limits::default()).unwrap();
+/// assert_eq!(back, (7, "seven"));
+///
+/// let mut trailing = bytes.clone();
+/// trailing.push(0);
+/// let err = from_slice::<(u32, &str)>(&trailing, &Limits::default()).unwrap_err();
+/// assert_eq!(err, DecodeError::TrailingBytes { count: 1 });
+/// ```
+pub fn from_slice<'de, T: de::Deserialize<'de>>(
+    input: &'de [u8],
+    limits: &Limits,
+) -> Result<T, DecodeError> {
+    let mut de = Deserializer {
+        reader: Reader::new(input, limits)?,
+    };
+    let value = T::deserialize(&mut de)?;
+    de.reader.finish()?;
+    Ok(value)
+}
+
+/// The serde deserializer behind [`from_slice`].
+struct Deserializer<'de> {
+    reader: Reader<'de>,
+}
+
+impl<'de> Deserializer<'de> {
+    /// Runs `f` one nesting level deeper.
+    #[inline]
+    fn nested<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<T, DecodeError> {
+        self.reader.enter()?;
+        let out = f(self);
+        self.reader.leave();
+        out
+    }
+
+    /// Visits a sequence whose element count came from the input: the count is charged to the
+    /// item budget up front, so a huge count is refused before the first element.
+    fn counted_elements<V: Visitor<'de>>(
+        &mut self,
+        count: u64,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        let count = self.reader.reserve_items(count)?;
+        self.fixed_elements(count, visitor)
+    }
+
+    /// Visits `count` elements one level deeper. Used directly for tuples, structs and variants,
+    /// whose arity comes from the Rust type rather than the input.
+    fn fixed_elements<V: Visitor<'de>>(
+        &mut self,
+        count: usize,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.nested(|de| {
+            let mut access = Elements { de, left: count };
+            let value = visitor.visit_seq(&mut access)?;
+            // A visitor that stops early would leave elements unread; refuse that plainly
+            // rather than as confusing trailing bytes.
+            match access.left {
+                0 => Ok(value),
+                _ => Err(de::Error::invalid_length(count, &"fewer elements")),
+            }
+        })
+    }
+
+    fn zigzag(raw: u64) -> i64 {
+        ((raw >> 1) as i64) ^ -((raw & 1) as i64)
+    }
+}
+
+/// Converts a varint already bounded to the target's width.
+fn narrow<T: TryFrom<u64>>(raw: u64) -> Result<T, DecodeError> {
+    T::try_from(raw).map_err(|_| DecodeError::VarintOverflow)
+}
+
+impl<'de> de::Deserializer<'de> for &mut Deserializer<'de> {
+    type Error = DecodeError;
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, DecodeError> {
+        Err(DecodeError::SelfDescribingUnsupported)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, DecodeError> {
+        Err(DecodeError::SelfDescribingUnsupported)
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.reader.byte()? {
+            0 => visitor.visit_bool(false),
+            1 => visitor.visit_bool(true),
+            other => Err(DecodeError::BadBool(other)),
+        }
+    }
+
+    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_i8(self.reader.byte()? as i8)
+    }
+
+    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let raw = self.reader.varint::<16>()?;
+        // A 16-bit varint zigzag-decodes into i16's range exactly.
+        visitor.visit_i16(Deserializer::zigzag(raw) as i16)
+    }
+
+    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let raw = self.reader.varint::<32>()?;
+        visitor.visit_i32(Deserializer::zigzag(raw) as i32)
+    }
+
+    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let raw = self.reader.varint::<64>()?;
+        visitor.visit_i64(Deserializer::zigzag(raw))
+    }
+
+    fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let raw = self.reader.varint_u128()?;
+        visitor.visit_i128(((raw >> 1) as i128) ^ -((raw & 1) as i128))
+    }
+
+    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_u8(self.reader.byte()?)
+    }
+
+    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_u16(narrow(self.reader.varint::<16>()?)?)
+    }
+
+    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_u32(narrow(self.reader.varint::<32>()?)?)
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_u64(self.reader.varint::<64>()?)
+    }
+
+    fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_u128(self.reader.varint_u128()?)
+    }
+
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_f32(f32::from_le_bytes(self.reader.array()?))
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_f64(f64::from_le_bytes(self.reader.array()?))
+    }
+
+    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let s = self.reader.str()?;
+        let mut chars = s.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) => visitor.visit_char(c),
+            _ => Err(DecodeError::InvalidChar),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_borrowed_str(self.reader.str()?)
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_borrowed_bytes(self.reader.length_prefixed()?)
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.deserialize_bytes(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        match self.reader.byte()? {
+            0 => visitor.visit_none(),
+            1 => self.nested(|de| visitor.visit_some(de)),
+            other => Err(DecodeError::BadOptionTag(other)),
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        visitor.visit_unit()
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        visitor.visit_unit()
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.nested(|de| visitor.visit_newtype_struct(de))
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let count = self.reader.varint_u64()?;
+        self.counted_elements(count, visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.fixed_elements(len, visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.fixed_elements(len, visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        let count = self.reader.varint_u64()?;
+        let count = self.reader.reserve_items(count)?;
+        self.nested(|de| {
+            let mut access = Entries { de, left: count };
+            let value = visitor.visit_map(&mut access)?;
+            match access.left {
+                0 => Ok(value),
+                _ => Err(de::Error::invalid_length(count, &"fewer entries")),
+            }
+        })
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.fixed_elements(fields.len(), visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        let raw = self.reader.varint::<32>()?;
+        let tag = narrow::<u32>(raw)?;
+        if raw >= variants.len() as u64 {
+            return Err(DecodeError::BadEnumTag {
+                tag,
+                variants: variants.len(),
+            });
+        }
+        self.nested(|de| visitor.visit_enum(VariantAccess { de, tag }))
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+        // Only reached for enum variant identifiers, which `deserialize_enum` hands over as an
+        // index it already checked (see `VariantAccess::variant_seed`).
+        visitor.visit_u32(narrow(self.reader.varint::<32>()?)?)
+    }
+}
+
+/// Elements of a sequence, tuple or struct: exactly `left` more of them.
+struct Elements<'a, 'de> {
+    de: &'a mut Deserializer<'de>,
+    left: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
+    type Error = DecodeError;
+
+    #[inline]
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DecodeError> {
+        match self.left.checked_sub(1) {
+            None => Ok(None),
+            Some(left) => {
+                self.left = left;
+                seed.deserialize(&mut *self.de).map(Some)
+            }
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.de.reader.cautious_hint(self.left))
+    }
+}
+
+/// Entries of a map: exactly `left` more key/value pairs.
+struct Entries<'a, 'de> {
+    de: &'a mut Deserializer<'de>,
+    left: usize,
+}
+
+impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
+    type Error = DecodeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DecodeError> {
+        match self.left.checked_sub(1) {
+            None => Ok(None),
+            Some(left) => {
+                self.left = left;
+                seed.deserialize(&mut *self.de).map(Some)
+            }
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DecodeError> {
+        seed.deserialize(&mut *self.de)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.de.reader.cautious_hint(self.left))
+    }
+}
+
+/// One enum value whose variant index was already read and checked.
+struct VariantAccess<'a, 'de> {
+    de: &'a mut Deserializer<'de>,
+    tag: u32,
+}
+
+impl<'de, 'a> de::EnumAccess<'de> for VariantAccess<'a, 'de> {
+    type Error = DecodeError;
+    type Variant = &'a mut Deserializer<'de>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), DecodeError> {
+        let tag: de::value::U32Deserializer<DecodeError> = self.tag.into_deserializer();
+        let variant = seed.deserialize(tag)?;
+        Ok((variant, self.de))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for &mut Deserializer<'de> {
+    type Error = DecodeError;
+
+    fn unit_variant(self) -> Result<(), DecodeError> {
+        Ok(())
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DecodeError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, DecodeError> {
+        self.fixed_elements(len, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        self.fixed_elements(fields.len(), visitor)
+    }
+}

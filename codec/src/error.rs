@@ -1,0 +1,189 @@
+//! The codec's errors: one variant per cause, each budget variant naming the limit it hit.
+
+use alloc::string::String;
+use core::fmt;
+
+/// The longest message kept from a target type's own `Deserialize`/`Serialize` error.
+///
+/// Such messages can quote input; keeping them short bounds what a hostile peer can make the
+/// host store or log through them.
+pub const MAX_CUSTOM_MESSAGE: usize = 256;
+
+/// Why input was refused. Decoding stops at the first fault; nothing partial is returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The input is longer than [`Limits::max_bytes`](crate::Limits::max_bytes); it was not read.
+    InputTooLong {
+        /// Length of the input, in bytes.
+        len: usize,
+        /// The budget.
+        max: usize,
+    },
+    /// The input ended before the value did, or a length prefix promised more bytes than remain.
+    UnexpectedEnd {
+        /// Bytes the decoder needed at that point.
+        needed: u64,
+        /// Bytes that remained.
+        remaining: usize,
+    },
+    /// The value ended before the input did.
+    TrailingBytes {
+        /// How many bytes were left over.
+        count: usize,
+    },
+    /// Nesting went deeper than [`Limits::max_depth`](crate::Limits::max_depth).
+    DepthLimit {
+        /// The budget, in levels.
+        max: usize,
+    },
+    /// More elements and map entries than [`Limits::max_items`](crate::Limits::max_items).
+    ItemLimit {
+        /// The budget, in items over the whole value.
+        max: usize,
+    },
+    /// A string or byte string longer than [`Limits::max_len`](crate::Limits::max_len).
+    LengthLimit {
+        /// The length the input declared.
+        len: u64,
+        /// The budget, in bytes.
+        max: usize,
+    },
+    /// A varint used more bytes than its value needs (a trailing zero group).
+    OverlongVarint,
+    /// A varint encodes a value wider than the integer it is read into.
+    VarintOverflow,
+    /// A string is not valid UTF-8.
+    InvalidUtf8,
+    /// A `char` is not exactly one Unicode scalar value.
+    InvalidChar,
+    /// A `bool` byte other than 0 or 1.
+    BadBool(u8),
+    /// An `Option` tag other than 0 (`None`) or 1 (`Some`).
+    BadOptionTag(u8),
+    /// An enum variant index beyond the variants the target type declares.
+    BadEnumTag {
+        /// The index read.
+        tag: u32,
+        /// How many variants the target type has.
+        variants: usize,
+    },
+    /// A [`Value`](crate::Value) tag byte outside the closed set.
+    BadValueTag(u8),
+    /// A [`Value`](crate::Value) map key tag that is not a string or an integer.
+    BadKeyTag(u8),
+    /// A [`Value`](crate::Value) map names the same key twice.
+    DuplicateMapKey,
+    /// An integer does not fit the target type (dynamic conversions only).
+    IntegerOutOfRange,
+    /// The target type asked for self-description (`deserialize_any`), which the typed wire
+    /// format does not carry. Decode into a concrete type, or use [`Value`](crate::Value).
+    SelfDescribingUnsupported,
+    /// The target type's own `Deserialize` refused the value (unknown variant name, a failed
+    /// validation...). The message is cut at [`MAX_CUSTOM_MESSAGE`] bytes.
+    Custom(String),
+}
+
+/// Why a value could not be encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The output slice is too small for the encoding.
+    BufferFull,
+    /// A sequence or map did not state its length up front, which the wire format requires.
+    LengthUnknown,
+    /// A map key is not a string or an integer (dynamic [`Value`](crate::Value) maps only).
+    UnsupportedMapKey,
+    /// An integer does not fit the dynamic model's 64 bits.
+    IntegerOutOfRange,
+    /// The value's own `Serialize` failed. The message is cut at [`MAX_CUSTOM_MESSAGE`] bytes
+    /// (empty when the wire encoder reports none).
+    Custom(String),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InputTooLong { len, max } => {
+                write!(f, "input of {len} bytes exceeds max_bytes ({max})")
+            }
+            Self::UnexpectedEnd { needed, remaining } => {
+                write!(f, "input ended: needed {needed} bytes, {remaining} remain")
+            }
+            Self::TrailingBytes { count } => write!(f, "{count} trailing bytes after the value"),
+            Self::DepthLimit { max } => write!(f, "nesting exceeds max_depth ({max})"),
+            Self::ItemLimit { max } => write!(f, "element count exceeds max_items ({max})"),
+            Self::LengthLimit { len, max } => {
+                write!(f, "string of {len} bytes exceeds max_len ({max})")
+            }
+            Self::OverlongVarint => f.write_str("overlong varint"),
+            Self::VarintOverflow => f.write_str("varint overflows its integer type"),
+            Self::InvalidUtf8 => f.write_str("string is not valid UTF-8"),
+            Self::InvalidChar => f.write_str("char is not exactly one scalar value"),
+            Self::BadBool(b) => write!(f, "bool byte {b:#04x} is neither 0 nor 1"),
+            Self::BadOptionTag(b) => write!(f, "option tag {b:#04x} is neither 0 nor 1"),
+            Self::BadEnumTag { tag, variants } => {
+                write!(f, "enum tag {tag} out of range (type has {variants} variants)")
+            }
+            Self::BadValueTag(b) => write!(f, "unknown value tag {b:#04x}"),
+            Self::BadKeyTag(b) => write!(f, "map key tag {b:#04x} is not a string or integer"),
+            Self::DuplicateMapKey => f.write_str("duplicate map key"),
+            Self::IntegerOutOfRange => f.write_str("integer out of range for the target type"),
+            Self::SelfDescribingUnsupported => {
+                f.write_str("target type needs a self-describing format (deserialize_any)")
+            }
+            Self::Custom(msg) => write!(f, "target type refused the value: {msg}"),
+        }
+    }
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BufferFull => f.write_str("output buffer too small"),
+            Self::LengthUnknown => f.write_str("sequence or map length must be known up front"),
+            Self::UnsupportedMapKey => f.write_str("map key is not a string or an integer"),
+            Self::IntegerOutOfRange => f.write_str("integer does not fit in 64 bits"),
+            Self::Custom(msg) => write!(f, "value failed to serialize: {msg}"),
+        }
+    }
+}
+
+impl core::error::Error for DecodeError {}
+impl core::error::Error for EncodeError {}
+
+/// Keeps at most [`MAX_CUSTOM_MESSAGE`] bytes of `msg`, cut on a character boundary.
+pub(crate) fn bounded_message(msg: &dyn fmt::Display) -> String {
+    use core::fmt::Write;
+    struct Bounded(String);
+    impl Write for Bounded {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = MAX_CUSTOM_MESSAGE - self.0.len();
+            if s.len() <= room {
+                self.0.push_str(s);
+                return Ok(());
+            }
+            let mut cut = room;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.0.push_str(s.get(..cut).unwrap_or_default());
+            Err(fmt::Error) // stop the formatter: the rest would be thrown away anyway
+        }
+    }
+    let mut out = Bounded(String::new());
+    let _ = write!(out, "{msg}");
+    out.0
+}
+
+impl serde::de::Error for DecodeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self::Custom(bounded_message(&msg))
+    }
+}
+
+impl serde::ser::Error for EncodeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self::Custom(bounded_message(&msg))
+    }
+}

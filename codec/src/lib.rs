@@ -1,0 +1,63 @@
+//! Non-executing, budgeted encoding for every byte that crosses the airlock boundary.
+//!
+//! What a byte string may become is fixed by the caller — a Rust type ([`from_slice`]) or the
+//! closed [`Value`] enum ([`Value::from_slice`]) — never by the input: no decoder here can name
+//! a type, call a hook or look anything up from the bytes it reads. Every decode runs within
+//! [`Limits`] (input bytes, nesting depth, element count, string length), each checked *before*
+//! its cost is paid, and is strict: truncation, trailing bytes, invalid UTF-8, out-of-range
+//! tags and overlong or overflowing varints are all errors. No input makes it panic, recurse
+//! without bound or allocate more than a small multiple of the input's length.
+//!
+//! ```
+//! use airlock_codec::{from_slice, to_vec, DecodeError, Limits};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+//! struct Reply { id: u64, name: String, tags: Vec<String> }
+//!
+//! let reply = Reply { id: 7, name: "seven".into(), tags: vec!["odd".into()] };
+//! let bytes = to_vec(&reply).unwrap();
+//! assert_eq!(from_slice::<Reply>(&bytes, &Limits::default()).unwrap(), reply);
+//!
+//! // A hostile peer claims a four-billion-element tag list in a few bytes: refused at once.
+//! let bomb = [7, 5, b's', b'e', b'v', b'e', b'n', 0xff, 0xff, 0xff, 0xff, 0x0f];
+//! let err = from_slice::<Reply>(&bomb, &Limits::default()).unwrap_err();
+//! assert_eq!(err, DecodeError::ItemLimit { max: 1024 * 1024 });
+//! ```
+//!
+//! The typed encoding is postcard's, byte for byte ([`to_vec`] delegates to it); the decoder
+//! is this crate's own, because postcard's does not enforce depth or item budgets, and accepts
+//! overlong varints. The wire formats are specified in `PROTOCOL.md` at the repository root.
+//!
+//! ## What a target type must be
+//! Decoding runs the target type's `Deserialize` and nothing else. Keep message types plain
+//! data: a hand-written `Deserialize` with side effects, or a type whose invariants its
+//! constructor would normally check, runs or skips that logic on hostile input. Validate
+//! after decoding.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+extern crate alloc;
+
+mod de;
+mod error;
+mod limits;
+mod reader;
+mod ser;
+mod value;
+
+pub use de::from_slice;
+pub use error::{DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
+pub use limits::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN};
+pub use ser::{to_extend, to_slice, to_vec};
+pub use value::{from_value, to_value, Key, Value};

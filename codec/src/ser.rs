@@ -1,0 +1,48 @@
+//! Typed encoding: exactly postcard's bytes, with this crate's error type.
+//!
+//! Encoding runs on data the caller already holds, so it needs no budget; it is the decoder on
+//! the other side that enforces [`Limits`](crate::Limits). Delegating to postcard keeps the two
+//! byte-identical by construction, which the golden-vector tests pin.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::Serialize;
+
+use crate::EncodeError;
+
+/// Encodes `value` in the postcard wire format.
+///
+/// Refuses only what the format cannot express: a sequence or map of unknown length, or a
+/// failure reported by the value's own `Serialize`.
+///
+/// ```
+/// assert_eq!(airlock_codec::to_vec(&(1u8, "hi")).unwrap(), [1, 2, b'h', b'i']);
+/// ```
+pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    postcard::to_allocvec(value).map_err(map_postcard)
+}
+
+/// Appends the encoding of `value` to `out` (for example a frame buffer being assembled).
+///
+/// On error, `out` may hold a partial encoding after its original contents.
+pub fn to_extend<T: Serialize + ?Sized, W: Extend<u8>>(value: &T, out: W) -> Result<W, EncodeError> {
+    postcard::to_extend(value, out).map_err(map_postcard)
+}
+
+/// Encodes `value` into `buf` and returns the used prefix; [`EncodeError::BufferFull`] when it
+/// does not fit.
+pub fn to_slice<'b, T: Serialize + ?Sized>(
+    value: &T,
+    buf: &'b mut [u8],
+) -> Result<&'b mut [u8], EncodeError> {
+    postcard::to_slice(value, buf).map_err(map_postcard)
+}
+
+fn map_postcard(err: postcard::Error) -> EncodeError {
+    match err {
+        postcard::Error::SerializeBufferFull => EncodeError::BufferFull,
+        postcard::Error::SerializeSeqLengthUnknown => EncodeError::LengthUnknown,
+        // postcard keeps no message for a `Serialize` impl's own error.
+        _ => EncodeError::Custom(String::new()),
+    }
+}
