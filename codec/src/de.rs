@@ -345,7 +345,10 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         }
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DecodeError> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, DecodeError> {
         seed.deserialize(&mut *self.de)
     }
 
@@ -381,11 +384,18 @@ impl<'de> de::VariantAccess<'de> for &mut Deserializer<'de> {
         Ok(())
     }
 
-    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DecodeError> {
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, DecodeError> {
         seed.deserialize(self)
     }
 
-    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, DecodeError> {
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
         self.fixed_elements(len, visitor)
     }
 

@@ -123,7 +123,10 @@ impl fmt::Display for DecodeError {
             Self::BadBool(b) => write!(f, "bool byte {b:#04x} is neither 0 nor 1"),
             Self::BadOptionTag(b) => write!(f, "option tag {b:#04x} is neither 0 nor 1"),
             Self::BadEnumTag { tag, variants } => {
-                write!(f, "enum tag {tag} out of range (type has {variants} variants)")
+                write!(
+                    f,
+                    "enum tag {tag} out of range (type has {variants} variants)"
+                )
             }
             Self::BadValueTag(b) => write!(f, "unknown value tag {b:#04x}"),
             Self::BadKeyTag(b) => write!(f, "map key tag {b:#04x} is not a string or integer"),

@@ -58,6 +58,8 @@ mod value;
 
 pub use de::from_slice;
 pub use error::{DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
-pub use limits::{Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN};
+pub use limits::{
+    Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN,
+};
 pub use ser::{to_extend, to_slice, to_vec};
 pub use value::{from_value, to_value, Key, Value};

@@ -25,7 +25,10 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> 
 /// Appends the encoding of `value` to `out` (for example a frame buffer being assembled).
 ///
 /// On error, `out` may hold a partial encoding after its original contents.
-pub fn to_extend<T: Serialize + ?Sized, W: Extend<u8>>(value: &T, out: W) -> Result<W, EncodeError> {
+pub fn to_extend<T: Serialize + ?Sized, W: Extend<u8>>(
+    value: &T,
+    out: W,
+) -> Result<W, EncodeError> {
     postcard::to_extend(value, out).map_err(map_postcard)
 }
 

@@ -116,7 +116,9 @@ impl<'de> de::Deserializer<'de> for Value {
             Value::Map(map) if map.len() == 1 => {
                 let mut entries = map.into_iter();
                 match entries.next() {
-                    Some((Key::Str(name), content)) => visitor.visit_enum(Variant { name, content }),
+                    Some((Key::Str(name), content)) => {
+                        visitor.visit_enum(Variant { name, content })
+                    }
                     _ => Err(de::Error::custom("enum variant name must be a string")),
                 }
             }

@@ -141,7 +141,11 @@ impl ser::Serializer for ValueSerializer {
     fn serialize_tuple(self, len: usize) -> Result<ListBuilder, EncodeError> {
         Ok(ListBuilder::new(len, None))
     }
-    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<ListBuilder, EncodeError> {
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> Result<ListBuilder, EncodeError> {
         Ok(ListBuilder::new(len, None))
     }
     fn serialize_tuple_variant(
@@ -298,8 +302,10 @@ impl ser::SerializeStruct for MapBuilder {
         name: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
-        self.map
-            .insert(Key::Str(String::from(name)), value.serialize(ValueSerializer)?);
+        self.map.insert(
+            Key::Str(String::from(name)),
+            value.serialize(ValueSerializer)?,
+        );
         Ok(())
     }
     fn end(self) -> Result<Value, EncodeError> {

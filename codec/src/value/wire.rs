@@ -146,8 +146,15 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
 
 /// A container being filled while the decoder reads its children.
 enum Open {
-    List { items: Vec<Value>, left: usize },
-    Map { map: BTreeMap<Key, Value>, left: usize, key: Option<Key> },
+    List {
+        items: Vec<Value>,
+        left: usize,
+    },
+    Map {
+        map: BTreeMap<Key, Value>,
+        left: usize,
+        key: Option<Key>,
+    },
 }
 
 /// What one tag turned into: a finished value, or a container whose children follow.
@@ -160,7 +167,12 @@ fn decode(reader: &mut Reader<'_>) -> Result<Value, DecodeError> {
     let mut stack: Vec<Open> = Vec::new();
     loop {
         // A map awaiting its next key reads a key, not a value.
-        if let Some(Open::Map { left, key: key @ None, .. }) = stack.last_mut() {
+        if let Some(Open::Map {
+            left,
+            key: key @ None,
+            ..
+        }) = stack.last_mut()
+        {
             if *left > 0 {
                 *key = Some(decode_key(reader)?);
             }
