@@ -1,0 +1,27 @@
+//! `Hello`: worker → host, the first frame of every connection.
+
+use serde::{Deserialize, Serialize};
+
+/// Most method names a `Hello` may list.
+pub const MAX_HELLO_METHODS: usize = 1024;
+
+/// Length of a connection token, in bytes.
+pub const TOKEN_LEN: usize = 32;
+
+/// The worker introduces itself: protocol version, its name and version, the methods it
+/// serves, and (on sockets) the connection token the host gave it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello<'a> {
+    /// [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION) of the worker's build.
+    pub protocol: u32,
+    /// The worker's name: a valid method-name string (1–64 of `[A-Za-z0-9._-]`).
+    pub worker_name: &'a str,
+    /// The worker's version, same character rule.
+    pub worker_version: &'a str,
+    /// The methods it serves: at most [`MAX_HELLO_METHODS`] valid, distinct names.
+    #[serde(borrow)]
+    pub methods: Vec<&'a str>,
+    /// The connection token, exactly [`TOKEN_LEN`] bytes, when the host asked for one.
+    #[serde(with = "serde_bytes", borrow)]
+    pub token: Option<&'a [u8]>,
+}

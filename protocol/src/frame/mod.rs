@@ -1,0 +1,248 @@
+//! Frames: the messages of the protocol, one file per kind.
+//!
+//! A frame's payload is the airlock-codec (postcard) encoding of [`Frame`]: a one-byte kind tag
+//! (the variant index) followed by that kind's fields in order. Bodies are the last field and
+//! length-prefixed, so a frame's head (everything before the body) can be written separately
+//! from the body and the body is never copied to build a frame. `PROTOCOL.md` gives every byte.
+
+mod call;
+mod cancel;
+mod fail;
+mod hello;
+mod progress;
+mod refuse;
+mod ret;
+mod shutdown;
+mod welcome;
+
+use airlock_codec::Limits;
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+pub use call::Call;
+pub use cancel::Cancel;
+pub use fail::Fail;
+pub use hello::{Hello, MAX_HELLO_METHODS, TOKEN_LEN};
+pub use progress::Progress;
+pub use refuse::{Refuse, RefuseReason};
+pub use ret::Return;
+pub use shutdown::Shutdown;
+pub use welcome::Welcome;
+
+use crate::{CallId, DecodeFrameError};
+
+/// One frame, borrowing its strings and body from the received buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame<'a> {
+    /// Tag 0, worker → host.
+    #[serde(borrow)]
+    Hello(Hello<'a>),
+    /// Tag 1, host → worker.
+    Welcome(Welcome),
+    /// Tag 2, host → worker.
+    Refuse(Refuse),
+    /// Tag 3, host → worker.
+    #[serde(borrow)]
+    Call(Call<'a>),
+    /// Tag 4, host → worker.
+    Cancel(Cancel),
+    /// Tag 5, worker → host.
+    #[serde(borrow)]
+    Progress(Progress<'a>),
+    /// Tag 6, worker → host.
+    #[serde(borrow)]
+    Return(Return<'a>),
+    /// Tag 7, worker → host.
+    #[serde(borrow)]
+    Fail(Fail<'a>),
+    /// Tag 8, host → worker.
+    Shutdown(Shutdown),
+}
+
+/// A frame's kind, without its fields: what logs and violations name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FrameKind {
+    /// [`Hello`].
+    Hello,
+    /// [`Welcome`].
+    Welcome,
+    /// [`Refuse`].
+    Refuse,
+    /// [`Call`].
+    Call,
+    /// [`Cancel`].
+    Cancel,
+    /// [`Progress`].
+    Progress,
+    /// [`Return`].
+    Return,
+    /// [`Fail`].
+    Fail,
+    /// [`Shutdown`].
+    Shutdown,
+}
+
+impl Frame<'_> {
+    /// This frame's kind.
+    pub fn kind(&self) -> FrameKind {
+        match self {
+            Frame::Hello(_) => FrameKind::Hello,
+            Frame::Welcome(_) => FrameKind::Welcome,
+            Frame::Refuse(_) => FrameKind::Refuse,
+            Frame::Call(_) => FrameKind::Call,
+            Frame::Cancel(_) => FrameKind::Cancel,
+            Frame::Progress(_) => FrameKind::Progress,
+            Frame::Return(_) => FrameKind::Return,
+            Frame::Fail(_) => FrameKind::Fail,
+            Frame::Shutdown(_) => FrameKind::Shutdown,
+        }
+    }
+}
+
+/// Nesting a frame header can need: enum → struct → option/vec → value.
+const HEADER_MAX_DEPTH: usize = 4;
+
+/// Decodes one frame payload (without its length prefix), strictly: the codec's rules plus
+/// trailing bytes refused. Field rules (names, tokens, messages) are the sessions' to check.
+pub fn decode_frame(payload: &[u8]) -> Result<Frame<'_>, DecodeFrameError> {
+    let limits = Limits::default()
+        .max_bytes(payload.len())
+        .max_len(payload.len())
+        .max_depth(HEADER_MAX_DEPTH)
+        .max_items(MAX_HELLO_METHODS);
+    airlock_codec::from_slice(payload, &limits).map_err(DecodeFrameError)
+}
+
+/// A frame ready to write: its head (length prefix, tag, fields) and its body, kept apart so
+/// that a large body is written straight from the caller's buffer (a vectored write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Length prefix and every field before the body (or the whole frame, if it has none).
+    pub head: Bytes,
+    /// The body; empty for kinds without one.
+    pub body: Bytes,
+}
+
+impl Transmit {
+    /// Total bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// True if nothing would be written (never the case for a real frame).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame's bytes in one buffer (copies the body; for tests and small frames).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.body[..]].concat()
+    }
+}
+
+/// Postcard's variant indices for the kinds that carry a body.
+const TAG_CALL: u8 = 3;
+const TAG_PROGRESS: u8 = 5;
+const TAG_RETURN: u8 = 6;
+
+/// Builds frames into a reused buffer, so steady-state encoding allocates nothing per frame.
+#[derive(Debug, Default)]
+pub(crate) struct Encoder {
+    buf: BytesMut,
+}
+
+impl Encoder {
+    /// A frame without a body: length prefix, then the codec encoding of `frame`.
+    pub(crate) fn whole(&mut self, frame: &Frame<'_>) -> Transmit {
+        let mut buf = core::mem::take(&mut self.buf);
+        buf.put_u32_le(0); // patched below, once the length is known
+        // Encoding a frame we built ourselves cannot fail: every field is plain data, and
+        // `to_extend` only fails for unknown-length sequences or failing `Serialize` impls.
+        buf = airlock_codec::to_extend(frame, buf).unwrap_or_default();
+        let len = buf.len().saturating_sub(4) as u32;
+        if let Some(prefix) = buf.get_mut(..4) {
+            prefix.copy_from_slice(&len.to_le_bytes());
+        }
+        self.buf = buf;
+        Transmit {
+            head: self.buf.split().freeze(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// A `Call`, `Progress` or `Return` frame: the head is written here, the body is shared.
+    /// Byte-identical to encoding the whole [`Frame`] (a golden test pins this).
+    pub(crate) fn with_body(&mut self, tag: BodyTag, id: CallId, method: &str, body: Bytes) -> Transmit {
+        let mut head = [0u8; 4 + 1 + 16 + 1 + 64 + 10];
+        let mut at = 4;
+        let mut put = |bytes: &[u8]| {
+            if let Some(dst) = head.get_mut(at..at + bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+            at += bytes.len();
+        };
+        put(&[tag as u8]);
+        put(&id.to_bytes());
+        put(varint(method.len() as u64).as_slice());
+        put(method.as_bytes());
+        put(varint(body.len() as u64).as_slice());
+        let frame_len = (at - 4 + body.len()) as u32;
+        if let Some(prefix) = head.get_mut(..4) {
+            prefix.copy_from_slice(&frame_len.to_le_bytes());
+        }
+        self.buf.extend_from_slice(head.get(..at).unwrap_or_default());
+        Transmit {
+            head: self.buf.split().freeze(),
+            body,
+        }
+    }
+}
+
+/// The kinds whose frames carry a body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum BodyTag {
+    Call = TAG_CALL,
+    Progress = TAG_PROGRESS,
+    Return = TAG_RETURN,
+}
+
+/// A LEB128 varint in a small inline buffer.
+struct Varint {
+    bytes: [u8; 10],
+    len: usize,
+}
+
+impl Varint {
+    fn as_slice(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+fn varint(mut v: u64) -> Varint {
+    let mut out = Varint {
+        bytes: [0; 10],
+        len: 0,
+    };
+    for slot in out.bytes.iter_mut() {
+        out.len += 1;
+        if v < 0x80 {
+            *slot = v as u8;
+            break;
+        }
+        *slot = (v as u8) | 0x80;
+        v >>= 7;
+    }
+    out
+}
+
+/// Length of a `Call`/`Progress`/`Return` frame's payload (what its length prefix says).
+pub(crate) const fn body_frame_len(method_len: usize, body_len: usize) -> usize {
+    1 + 16 + varint_len(method_len as u64) + method_len + varint_len(body_len as u64) + body_len
+}
+
+const fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}

@@ -1,0 +1,52 @@
+//! Call ids: 128 bits from a cryptographic RNG, fresh for every dispatch.
+
+use core::fmt;
+
+use rand_core::CryptoRng;
+use serde::{Deserialize, Serialize};
+
+/// The id that binds a worker's reply to exactly one call.
+///
+/// Drawn by [`CallId::random`] from the `CryptoRng` the caller passes — the host passes the
+/// operating system's — for every dispatch: never a counter, never a per-spawn nonce plus a
+/// counter, never derived from time. A worker therefore cannot name a call before the host has
+/// sent it, which is what defeats a forged reply staged for a *later* call (THREAT-MODEL.md,
+/// lesson 4).
+///
+/// Its `Debug` and `Display` show only the first four bytes, so logs can correlate events
+/// without publishing ids in full.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CallId([u8; 16]);
+
+impl CallId {
+    /// Draws a fresh id from `rng`.
+    pub fn random<R: CryptoRng + ?Sized>(rng: &mut R) -> Self {
+        let mut bytes = [0u8; 16];
+        rng.fill_bytes(&mut bytes);
+        Self(bytes)
+    }
+
+    /// The id's 16 bytes, as they appear on the wire.
+    pub const fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+
+    /// An id from its wire bytes. Only the session state machines decide whether an id is one
+    /// they issued; this constructor grants nothing.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, ..] = self.0;
+        write!(f, "{a:02x}{b:02x}{c:02x}{d:02x}…")
+    }
+}
+
+impl fmt::Debug for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallId({self})")
+    }
+}

@@ -1,0 +1,127 @@
+//! Session configuration: the limits each side enforces, with named defaults.
+
+use core::time::Duration;
+
+use crate::{ConfigError, TOKEN_LEN};
+
+/// Default for [`HostConfig::max_frame`]: 16 MiB of body plus 4 KiB for the frame head.
+///
+/// The codec's default body budget is 16 MiB; the extra room lets a body that size travel.
+/// Worst case, the host buffers one frame of this size per worker while it arrives.
+pub const DEFAULT_MAX_FRAME: u32 = 16 * 1024 * 1024 + 4096;
+
+/// The smallest `max_frame` accepted: room for a handshake with a few dozen method names.
+pub const MIN_MAX_FRAME: u32 = 4096;
+
+/// Default for [`HostConfig::max_in_flight`]: 1024 calls per worker.
+///
+/// Enough to keep a pipe busy (pipelining), small enough that per-call bookkeeping stays a
+/// few hundred KiB.
+pub const DEFAULT_MAX_IN_FLIGHT: u32 = 1024;
+
+/// Default for [`HostConfig::max_progress_per_call`]: 1024 updates per call.
+///
+/// A progress bar needs tens; a flood needs millions.
+pub const DEFAULT_MAX_PROGRESS_PER_CALL: u32 = 1024;
+
+/// Default for [`HostConfig::handshake_timeout`]: 10 seconds from session start to `Hello`.
+///
+/// A worker binary that has not said hello in that time is hung or hostile.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the host enforces on one worker connection.
+///
+/// ```
+/// use airlock_protocol::HostConfig;
+/// let config = HostConfig::default().max_in_flight(64)?.max_frame(1 << 20)?;
+/// assert_eq!(config.in_flight_limit(), 64);
+/// # Ok::<(), airlock_protocol::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    max_frame: u32,
+    max_in_flight: u32,
+    max_progress_per_call: u32,
+    handshake_timeout: Duration,
+    token: Option<[u8; TOKEN_LEN]>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            max_frame: DEFAULT_MAX_FRAME,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_progress_per_call: DEFAULT_MAX_PROGRESS_PER_CALL,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            token: None,
+        }
+    }
+}
+
+impl HostConfig {
+    /// Largest frame either side may send, in bytes (the length prefix's value). Default
+    /// [`DEFAULT_MAX_FRAME`]; at least [`MIN_MAX_FRAME`]. Worst-case memory: one frame of this
+    /// size buffered while it arrives.
+    pub fn max_frame(mut self, bytes: u32) -> Result<Self, ConfigError> {
+        if bytes < MIN_MAX_FRAME {
+            return Err(ConfigError::MaxFrameTooSmall(bytes));
+        }
+        self.max_frame = bytes;
+        Ok(self)
+    }
+
+    /// Most calls in flight on the worker, cancelled calls awaiting their terminal frame
+    /// included. Default [`DEFAULT_MAX_IN_FLIGHT`]; at least 1. Worst-case memory: about
+    /// 100 bytes of bookkeeping per call, plus the bodies.
+    pub fn max_in_flight(mut self, calls: u32) -> Result<Self, ConfigError> {
+        if calls == 0 {
+            return Err(ConfigError::NoCallsAllowed);
+        }
+        self.max_in_flight = calls;
+        Ok(self)
+    }
+
+    /// Most `Progress` frames accepted for one call; one more is a violation. Default
+    /// [`DEFAULT_MAX_PROGRESS_PER_CALL`]; 0 forbids progress. Memory: none (a counter).
+    pub fn max_progress_per_call(mut self, frames: u32) -> Result<Self, ConfigError> {
+        self.max_progress_per_call = frames;
+        Ok(self)
+    }
+
+    /// Time from session start to a valid `Hello`. Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        self.handshake_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Requires the worker's `Hello` to carry exactly this token (socket transports).
+    /// Default: none required.
+    pub fn token(mut self, token: [u8; TOKEN_LEN]) -> Result<Self, ConfigError> {
+        self.token = Some(token);
+        Ok(self)
+    }
+
+    /// The frame cap.
+    pub fn frame_limit(&self) -> u32 {
+        self.max_frame
+    }
+
+    /// The in-flight cap.
+    pub fn in_flight_limit(&self) -> u32 {
+        self.max_in_flight
+    }
+
+    /// The per-call progress quota.
+    pub fn progress_limit(&self) -> u32 {
+        self.max_progress_per_call
+    }
+
+    /// The handshake deadline's length.
+    pub fn handshake_limit(&self) -> Duration {
+        self.handshake_timeout
+    }
+
+    pub(crate) fn expected_token(&self) -> Option<&[u8; TOKEN_LEN]> {
+        self.token.as_ref()
+    }
+}

@@ -1,0 +1,75 @@
+//! The `Method` trait and method names.
+
+use core::fmt;
+
+use bytes::Bytes;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// Longest method name, in bytes.
+pub const MAX_METHOD_NAME: usize = 64;
+
+/// A method a worker serves: its name on the wire and both of its types, fixed at compile time.
+///
+/// ```
+/// use airlock_protocol::Method;
+/// struct Sum;
+/// impl Method for Sum {
+///     const NAME: &'static str = "sum";
+///     type Request = Vec<i64>;
+///     type Response = i64;
+/// }
+/// assert!(airlock_protocol::is_valid_method_name(Sum::NAME));
+/// ```
+///
+/// `Response` is decoded from bytes the worker chose. Keep it plain data: its `Deserialize` is
+/// the only code that input can reach, so it must have no side effects, and any invariant its
+/// constructor would check must be checked again after the call returns.
+pub trait Method: 'static {
+    /// The name on the wire: 1–64 bytes of `[A-Za-z0-9._-]`.
+    const NAME: &'static str;
+    /// What the host sends.
+    type Request: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// What the worker answers.
+    type Response: Serialize + DeserializeOwned + Send + Sync + 'static;
+}
+
+/// True if `name` is 1–[`MAX_METHOD_NAME`] bytes of `[A-Za-z0-9._-]`.
+pub fn is_valid_method_name(name: &str) -> bool {
+    is_valid_name_bytes(name.as_bytes())
+}
+
+pub(crate) fn is_valid_name_bytes(name: &[u8]) -> bool {
+    (1..=MAX_METHOD_NAME).contains(&name.len())
+        && name
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A validated method name received from the peer, sharing the frame's buffer (no copy).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct MethodName(Bytes);
+
+impl MethodName {
+    /// Wraps `bytes` if they form a valid method name.
+    pub fn new(bytes: Bytes) -> Option<Self> {
+        is_valid_name_bytes(&bytes).then_some(Self(bytes))
+    }
+
+    /// The name. Always ASCII.
+    pub fn as_str(&self) -> &str {
+        // Validated as ASCII on construction, so this never takes the fallback.
+        core::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+impl fmt::Debug for MethodName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for MethodName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

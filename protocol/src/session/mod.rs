@@ -1,0 +1,93 @@
+//! The two session state machines and what they share.
+
+pub(crate) mod host;
+pub(crate) mod worker;
+
+use std::collections::VecDeque;
+
+use crate::{CallId, RefuseReason, Violation};
+
+/// Why a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The peer broke the protocol.
+    Violation(Violation),
+    /// The host refused the worker's `Hello`.
+    Refused(RefuseReason),
+    /// No valid `Hello` arrived in time.
+    HandshakeTimeout,
+    /// A call passed its deadline; the worker cannot be trusted to stop it, so it is ended.
+    CallTimeout,
+    /// The peer's stream ended while the session still expected frames.
+    WorkerClosed,
+    /// A graceful shutdown completed.
+    Shutdown,
+    /// The runtime ended the session for a reason outside the protocol.
+    Aborted(AbortReason),
+}
+
+/// Reasons a runtime gives [`HostSession::abort`](crate::HostSession::abort).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AbortReason {
+    /// A response body did not decode to the method's response type: the worker lied.
+    UndecodableResponse,
+    /// The transport failed (I/O error, send deadline passed).
+    TransportFailed,
+    /// The worker process exited or was killed.
+    ProcessExited,
+    /// The host is going away.
+    HostShutdown,
+}
+
+impl core::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CloseReason::Violation(v) => write!(f, "{v}"),
+            CloseReason::Refused(r) => write!(f, "handshake refused: {r:?}"),
+            CloseReason::HandshakeTimeout => f.write_str("handshake timed out"),
+            CloseReason::CallTimeout => f.write_str("a call passed its deadline"),
+            CloseReason::WorkerClosed => f.write_str("the worker closed the connection"),
+            CloseReason::Shutdown => f.write_str("shut down"),
+            CloseReason::Aborted(r) => write!(f, "aborted: {r:?}"),
+        }
+    }
+}
+
+/// What a worker said about itself in its `Hello`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// The methods it serves.
+    pub methods: Vec<String>,
+}
+
+/// How many finished ids a session remembers, to tell a late or replayed frame
+/// ([`ViolationCode::FinishedCallId`](crate::ViolationCode::FinishedCallId)) from a forged one
+/// ([`ViolationCode::UnknownCallId`](crate::ViolationCode::UnknownCallId)). Either is fatal;
+/// the memory only makes the log say which. 4096 ids = 64 KiB.
+pub const FINISHED_ID_MEMORY: usize = 4096;
+
+/// A bounded memory of recently finished ids.
+#[derive(Debug, Default)]
+pub(crate) struct FinishedIds {
+    ids: VecDeque<CallId>,
+}
+
+impl FinishedIds {
+    pub(crate) fn remember(&mut self, id: CallId) {
+        if self.ids.len() == FINISHED_ID_MEMORY {
+            self.ids.pop_front();
+        }
+        self.ids.push_back(id);
+    }
+
+    /// Linear, but only ever asked on the way to a violation.
+    pub(crate) fn contains(&self, id: &CallId) -> bool {
+        self.ids.contains(id)
+    }
+}
