@@ -142,12 +142,16 @@ impl Violation {
 
     pub(crate) fn from_frame_error(err: FrameError) -> Self {
         match err {
-            FrameError::TooLarge { .. } => {
-                Self::new(ViolationCode::FrameTooLarge, "a frame within max_frame", Received::Bytes)
-            }
-            FrameError::Empty => {
-                Self::new(ViolationCode::EmptyFrame, "a non-empty frame", Received::Bytes)
-            }
+            FrameError::TooLarge { .. } => Self::new(
+                ViolationCode::FrameTooLarge,
+                "a frame within max_frame",
+                Received::Bytes,
+            ),
+            FrameError::Empty => Self::new(
+                ViolationCode::EmptyFrame,
+                "a non-empty frame",
+                Received::Bytes,
+            ),
             FrameError::Truncated { .. } => Self::new(
                 ViolationCode::TruncatedFrame,
                 "a complete frame",

@@ -64,8 +64,8 @@ pub use error::{
     BeginCallError, ConfigError, DecodeFrameError, FrameError, Received, ReplyError,
     TransportError, Violation, ViolationCode,
 };
-pub use frame::{decode_frame, Frame, FrameKind, RefuseReason, Transmit, Welcome, TOKEN_LEN};
 pub(crate) use frame::body_frame_len;
+pub use frame::{decode_frame, Frame, FrameKind, RefuseReason, Transmit, Welcome, TOKEN_LEN};
 pub use framing::{FrameDecoder, LENGTH_PREFIX};
 pub use id::CallId;
 pub use limits::{

@@ -1,6 +1,5 @@
 //! The error descriptor a worker sends in a `Fail` frame: data only.
 
-
 /// Longest [`RemoteError`] message, in bytes.
 ///
 /// Enough for a useful sentence and a short context; small enough that a worker cannot flood

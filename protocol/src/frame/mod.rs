@@ -114,6 +114,19 @@ pub fn decode_frame(payload: &[u8]) -> Result<Frame<'_>, DecodeFrameError> {
     airlock_codec::from_slice(payload, &limits).map_err(DecodeFrameError)
 }
 
+/// Encodes `frame` with its length prefix, ready for the wire.
+///
+/// The sessions build their frames themselves (without copying bodies); this is for peers
+/// written by hand — test doubles, the rogue worker, tools — and for the golden vectors.
+///
+/// ```
+/// use airlock_protocol::frame::{encode_frame, Frame, Shutdown};
+/// assert_eq!(encode_frame(&Frame::Shutdown(Shutdown)), [1, 0, 0, 0, 8]);
+/// ```
+pub fn encode_frame(frame: &Frame<'_>) -> Vec<u8> {
+    Encoder::default().whole(frame).to_vec()
+}
+
 /// A frame ready to write: its head (length prefix, tag, fields) and its body, kept apart so
 /// that a large body is written straight from the caller's buffer (a vectored write).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,8 +170,8 @@ impl Encoder {
     pub(crate) fn whole(&mut self, frame: &Frame<'_>) -> Transmit {
         let mut buf = core::mem::take(&mut self.buf);
         buf.put_u32_le(0); // patched below, once the length is known
-        // Encoding a frame we built ourselves cannot fail: every field is plain data, and
-        // `to_extend` only fails for unknown-length sequences or failing `Serialize` impls.
+                           // Encoding a frame we built ourselves cannot fail: every field is plain data, and
+                           // `to_extend` only fails for unknown-length sequences or failing `Serialize` impls.
         buf = airlock_codec::to_extend(frame, buf).unwrap_or_default();
         let len = buf.len().saturating_sub(4) as u32;
         if let Some(prefix) = buf.get_mut(..4) {
@@ -173,7 +186,13 @@ impl Encoder {
 
     /// A `Call`, `Progress` or `Return` frame: the head is written here, the body is shared.
     /// Byte-identical to encoding the whole [`Frame`] (a golden test pins this).
-    pub(crate) fn with_body(&mut self, tag: BodyTag, id: CallId, method: &str, body: Bytes) -> Transmit {
+    pub(crate) fn with_body(
+        &mut self,
+        tag: BodyTag,
+        id: CallId,
+        method: &str,
+        body: Bytes,
+    ) -> Transmit {
         let mut head = [0u8; 4 + 1 + 16 + 1 + 64 + 10];
         let mut at = 4;
         let mut put = |bytes: &[u8]| {
@@ -191,7 +210,8 @@ impl Encoder {
         if let Some(prefix) = head.get_mut(..4) {
             prefix.copy_from_slice(&frame_len.to_le_bytes());
         }
-        self.buf.extend_from_slice(head.get(..at).unwrap_or_default());
+        self.buf
+            .extend_from_slice(head.get(..at).unwrap_or_default());
         Transmit {
             head: self.buf.split().freeze(),
             body,

@@ -429,7 +429,10 @@ impl HostSession {
             return Ok(());
         }
         if let Err(violation) = check_hello(&hello) {
-            self.close_with_refuse(CloseReason::Violation(violation), RefuseReason::InvalidHello);
+            self.close_with_refuse(
+                CloseReason::Violation(violation),
+                RefuseReason::InvalidHello,
+            );
             return Ok(());
         }
         if let Some(expected) = self.config.expected_token() {
@@ -495,7 +498,11 @@ impl HostSession {
             } else {
                 ViolationCode::UnknownCallId
             };
-            return Err(Violation::new(code, "the id of a pending call", Received::Frame(kind)));
+            return Err(Violation::new(
+                code,
+                "the id of a pending call",
+                Received::Frame(kind),
+            ));
         };
         if call.method != method {
             return Err(Violation::new(
@@ -602,7 +609,10 @@ fn check_hello(hello: &Hello<'_>) -> Result<(), Violation> {
     }
     let mut sorted = hello.methods.clone();
     sorted.sort_unstable();
-    if sorted.windows(2).any(|pair| matches!(pair, [a, b] if a == b)) {
+    if sorted
+        .windows(2)
+        .any(|pair| matches!(pair, [a, b] if a == b))
+    {
         return Err(invalid_hello());
     }
     if hello.token.is_some_and(|t| t.len() != frame::TOKEN_LEN) {

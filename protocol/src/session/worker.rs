@@ -11,9 +11,8 @@ use bytes::Bytes;
 use super::{CloseReason, FinishedIds};
 use crate::frame::{self, BodyTag, Encoder, Frame, Hello, Refuse, Welcome};
 use crate::{
-    body_frame_len, CallId, FrameDecoder, MethodName, Received,
-    RemoteError, ReplyError, Transmit, Violation, ViolationCode, DEFAULT_MAX_FRAME,
-    PROTOCOL_VERSION, TOKEN_LEN,
+    body_frame_len, CallId, FrameDecoder, MethodName, Received, RemoteError, ReplyError, Transmit,
+    Violation, ViolationCode, DEFAULT_MAX_FRAME, PROTOCOL_VERSION, TOKEN_LEN,
 };
 
 /// What the worker introduces itself with.
@@ -231,7 +230,9 @@ impl WorkerSession {
             match self.decoder.next_frame() {
                 Ok(Some(frame)) => self.handle_frame(frame),
                 Ok(None) => return,
-                Err(err) => return self.close(CloseReason::Violation(Violation::from_frame_error(err))),
+                Err(err) => {
+                    return self.close(CloseReason::Violation(Violation::from_frame_error(err)))
+                }
             }
             if self.is_closed() {
                 return;
@@ -333,16 +334,33 @@ impl WorkerSession {
         }
     }
 
-    fn on_call(&mut self, payload: &Bytes, welcome: Welcome, call: frame::Call<'_>) -> Result<(), Violation> {
+    fn on_call(
+        &mut self,
+        payload: &Bytes,
+        welcome: Welcome,
+        call: frame::Call<'_>,
+    ) -> Result<(), Violation> {
         let received = Received::Frame(crate::FrameKind::Call);
         if matches!(self.state, State::Draining(_)) {
-            return Err(Violation::new(ViolationCode::ForbiddenKind, "no Call after Shutdown", received));
+            return Err(Violation::new(
+                ViolationCode::ForbiddenKind,
+                "no Call after Shutdown",
+                received,
+            ));
         }
         let Some(method) = MethodName::new(payload.slice_ref(call.method.as_bytes())) else {
-            return Err(Violation::new(ViolationCode::InvalidName, "a valid method name", received));
+            return Err(Violation::new(
+                ViolationCode::InvalidName,
+                "a valid method name",
+                received,
+            ));
         };
         if self.calls.contains_key(&call.id) || self.finished.contains(&call.id) {
-            return Err(Violation::new(ViolationCode::DuplicateCallId, "a fresh call id", received));
+            return Err(Violation::new(
+                ViolationCode::DuplicateCallId,
+                "a fresh call id",
+                received,
+            ));
         }
         if self.calls.len() >= welcome.max_in_flight as usize {
             return Err(Violation::new(
@@ -351,7 +369,13 @@ impl WorkerSession {
                 received,
             ));
         }
-        self.calls.insert(call.id, RunningCall { method: method.clone(), progress: 0 });
+        self.calls.insert(
+            call.id,
+            RunningCall {
+                method: method.clone(),
+                progress: 0,
+            },
+        );
         self.events.push_back(WorkerEvent::Call {
             id: call.id,
             method,
