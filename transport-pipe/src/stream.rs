@@ -1,0 +1,166 @@
+//! Frames over any byte stream: the framing both transports share.
+//!
+//! A [`StreamTransport`] wraps an async reader and writer (pipe ends, a socket's halves). The
+//! receiver owns a [`FrameDecoder`] and reads straight into its buffer, so a frame's bytes are
+//! copied once, by the kernel; the sender writes a whole batch of frames with vectored writes
+//! under a deadline, so a peer that stops reading cannot hold the writer forever.
+
+use std::io::IoSlice;
+use std::time::Duration;
+
+use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
+use airlock_protocol::{FrameDecoder, Transmit, TransportError, DEFAULT_MAX_FRAME};
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Default for [`StreamConfig::send_timeout`]: 10 seconds for one batch to reach the OS.
+///
+/// A pipe buffer drains in microseconds when the peer reads; ten seconds without progress means
+/// it stopped reading.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Smallest read the receiver asks the OS for: 64 KiB, a typical pipe's whole buffer.
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// How a stream transport bounds its peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Frames longer than this are refused from their length prefix. Default
+    /// [`DEFAULT_MAX_FRAME`].
+    pub max_frame: u32,
+    /// Longest a batch may take to be written. Default [`DEFAULT_SEND_TIMEOUT`].
+    pub send_timeout: Duration,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            max_frame: DEFAULT_MAX_FRAME,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+        }
+    }
+}
+
+/// A [`Transport`] over a reader and a writer.
+#[derive(Debug)]
+pub struct StreamTransport<R, W> {
+    reader: R,
+    writer: W,
+    config: StreamConfig,
+}
+
+impl<R, W> StreamTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// Frames over `reader` (from the peer) and `writer` (to the peer).
+    pub fn new(reader: R, writer: W, config: StreamConfig) -> Self {
+        Self {
+            reader,
+            writer,
+            config,
+        }
+    }
+}
+
+impl<R, W> Transport for StreamTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Sender = StreamSender<W>;
+    type Receiver = StreamReceiver<R>;
+
+    fn split(self) -> (StreamSender<W>, StreamReceiver<R>) {
+        (
+            StreamSender {
+                writer: self.writer,
+                send_timeout: self.config.send_timeout,
+            },
+            StreamReceiver {
+                reader: self.reader,
+                decoder: FrameDecoder::new(self.config.max_frame),
+            },
+        )
+    }
+}
+
+/// The write half of a [`StreamTransport`].
+#[derive(Debug)]
+pub struct StreamSender<W> {
+    writer: W,
+    send_timeout: Duration,
+}
+
+/// The read half of a [`StreamTransport`].
+#[derive(Debug)]
+pub struct StreamReceiver<R> {
+    reader: R,
+    decoder: FrameDecoder,
+}
+
+fn io_error(err: std::io::Error) -> TransportError {
+    TransportError::Io(Box::new(err))
+}
+
+/// Writes every byte of `batch`, in order, with as few vectored writes as the OS allows.
+async fn write_batch<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    batch: &[Transmit],
+) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = batch
+        .iter()
+        .flat_map(|t| [IoSlice::new(&t.head), IoSlice::new(&t.body)])
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
+    while !remaining.is_empty() {
+        let written = writer.write_vectored(remaining).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut remaining, written);
+    }
+    writer.flush().await
+}
+
+#[async_trait]
+impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
+    async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError> {
+        match tokio::time::timeout(self.send_timeout, write_batch(&mut self.writer, batch)).await {
+            Ok(result) => result.map_err(io_error),
+            Err(_) => Err(TransportError::SendTimeout),
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), TransportError> {
+        match tokio::time::timeout(self.send_timeout, self.writer.shutdown()).await {
+            Ok(result) => result.map_err(io_error),
+            Err(_) => Err(TransportError::SendTimeout),
+        }
+    }
+}
+
+#[async_trait]
+impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
+    async fn recv(&mut self) -> Result<Option<Bytes>, TransportError> {
+        loop {
+            if let Some(frame) = self.decoder.next_frame()? {
+                return Ok(Some(frame));
+            }
+            // Read at least a chunk, and for a large frame up to what has already arrived
+            // again (doubling): capacity never runs more than one step ahead of real bytes.
+            let buffered = self.decoder.buffered();
+            let want = self.decoder.wanted().min(buffered.max(READ_CHUNK)).max(1);
+            let buf = self.decoder.read_buffer();
+            buf.reserve(want);
+            let read = self.reader.read_buf(buf).await.map_err(io_error)?;
+            if read == 0 {
+                self.decoder.finish()?;
+                return Ok(None);
+            }
+        }
+    }
+}
