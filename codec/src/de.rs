@@ -66,7 +66,11 @@ impl<'de> Deserializer<'de> {
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
         let count = self.reader.reserve_items(count)?;
-        self.fixed_elements(count, visitor)
+        self.reader.enter()?;
+        let hint = self.reader.cautious_hint(count);
+        let out = self.elements(count, hint, visitor);
+        self.reader.leave();
+        out
     }
 
     /// Visits `count` elements one level deeper. Used directly for tuples, structs and variants,
@@ -76,16 +80,28 @@ impl<'de> Deserializer<'de> {
         count: usize,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        self.nested(|de| {
-            let mut access = Elements { de, left: count };
-            let value = visitor.visit_seq(&mut access)?;
-            // A visitor that stops early would leave elements unread; refuse that plainly
-            // rather than as confusing trailing bytes.
-            match access.left {
-                0 => Ok(value),
-                _ => Err(de::Error::invalid_length(count, &"fewer elements")),
-            }
-        })
+        self.nested(|de| de.elements(count, 0, visitor))
+    }
+
+    /// Visits exactly `count` elements, offering `hint` as the capacity to pre-allocate.
+    fn elements<V: Visitor<'de>>(
+        &mut self,
+        count: usize,
+        hint: usize,
+        visitor: V,
+    ) -> Result<V::Value, DecodeError> {
+        let mut access = Elements {
+            de: self,
+            left: count,
+            hint,
+        };
+        let value = visitor.visit_seq(&mut access)?;
+        // A visitor that stops early would leave elements unread; refuse that plainly
+        // rather than as confusing trailing bytes.
+        match access.left {
+            0 => Ok(value),
+            _ => Err(de::Error::invalid_length(count, &"fewer elements")),
+        }
     }
 
     fn zigzag(raw: u64) -> i64 {
@@ -253,7 +269,12 @@ impl<'de> de::Deserializer<'de> for &mut Deserializer<'de> {
         let count = self.reader.varint_u64()?;
         let count = self.reader.reserve_items(count)?;
         self.nested(|de| {
-            let mut access = Entries { de, left: count };
+            let hint = de.reader.cautious_hint(count);
+            let mut access = Entries {
+                de,
+                left: count,
+                hint,
+            };
             let value = visitor.visit_map(&mut access)?;
             match access.left {
                 0 => Ok(value),
@@ -299,6 +320,8 @@ impl<'de> de::Deserializer<'de> for &mut Deserializer<'de> {
 struct Elements<'a, 'de> {
     de: &'a mut Deserializer<'de>,
     left: usize,
+    /// Capacity already granted from the reader's pre-allocation budget.
+    hint: usize,
 }
 
 impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
@@ -319,7 +342,7 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.de.reader.cautious_hint(self.left))
+        Some(self.hint.min(self.left))
     }
 }
 
@@ -327,6 +350,8 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
 struct Entries<'a, 'de> {
     de: &'a mut Deserializer<'de>,
     left: usize,
+    /// Capacity already granted from the reader's pre-allocation budget.
+    hint: usize,
 }
 
 impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
@@ -353,7 +378,7 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.de.reader.cautious_hint(self.left))
+        Some(self.hint.min(self.left))
     }
 }
 

@@ -155,23 +155,44 @@ impl fmt::Display for EncodeError {
 impl core::error::Error for DecodeError {}
 impl core::error::Error for EncodeError {}
 
-/// Keeps at most [`MAX_CUSTOM_MESSAGE`] bytes of `msg`, cut on a character boundary.
+/// True for characters that can forge or hide text where a message is shown: control
+/// characters, line and paragraph separators, and the invisible format and bidirectional
+/// controls ("Trojan Source").
+pub fn is_unsafe_in_text(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// Keeps at most [`MAX_CUSTOM_MESSAGE`] bytes of `msg`, cut on a character boundary, with every
+/// [unsafe character](is_unsafe_in_text) escaped (`\n`, `\u{202e}`): such messages can quote
+/// hostile input, which must not reach a log or terminal as live text.
 pub(crate) fn bounded_message(msg: &dyn fmt::Display) -> String {
     use core::fmt::Write;
     struct Bounded(String);
+    impl Bounded {
+        fn push(&mut self, piece: &str) -> fmt::Result {
+            if self.0.len() + piece.len() > MAX_CUSTOM_MESSAGE {
+                return Err(fmt::Error); // full: stop the formatter, the rest is dropped
+            }
+            self.0.push_str(piece);
+            Ok(())
+        }
+    }
     impl Write for Bounded {
         fn write_str(&mut self, s: &str) -> fmt::Result {
-            let room = MAX_CUSTOM_MESSAGE - self.0.len();
-            if s.len() <= room {
-                self.0.push_str(s);
-                return Ok(());
+            let mut utf8 = [0u8; 4];
+            for c in s.chars() {
+                if is_unsafe_in_text(c) {
+                    for e in c.escape_default() {
+                        self.push(e.encode_utf8(&mut utf8))?;
+                    }
+                } else {
+                    self.push(c.encode_utf8(&mut utf8))?;
+                }
             }
-            let mut cut = room;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            self.0.push_str(s.get(..cut).unwrap_or_default());
-            Err(fmt::Error) // stop the formatter: the rest would be thrown away anyway
+            Ok(())
         }
     }
     let mut out = Bounded(String::new());

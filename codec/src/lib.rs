@@ -33,6 +33,10 @@
 //! data: a hand-written `Deserialize` with side effects, or a type whose invariants its
 //! constructor would normally check, runs or skips that logic on hostile input. Validate
 //! after decoding.
+//!
+//! Typed maps follow the target type's own rules: a `HashMap`/`BTreeMap` keeps the last of
+//! duplicate keys, as serde does everywhere. Use [`Value`] (which refuses duplicates) or a
+//! validating wrapper where a repeated key must be an error.
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -57,7 +61,7 @@ mod ser;
 mod value;
 
 pub use de::from_slice;
-pub use error::{DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
+pub use error::{is_unsafe_in_text, DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
 pub use limits::{
     Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN,
 };

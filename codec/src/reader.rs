@@ -12,6 +12,9 @@ pub(crate) struct Reader<'de> {
     input: &'de [u8],
     depth_left: usize,
     items_left: usize,
+    /// Element slots all open containers together may still pre-allocate: one per input byte,
+    /// shared, so nested containers cannot each reserve against the same remaining bytes.
+    prealloc_left: usize,
     limits: Limits,
 }
 
@@ -28,6 +31,7 @@ impl<'de> Reader<'de> {
             input,
             depth_left: limits.depth_budget(),
             items_left: limits.items_budget(),
+            prealloc_left: input.len(),
             limits: *limits,
         })
     }
@@ -203,10 +207,13 @@ impl<'de> Reader<'de> {
         }
     }
 
-    /// A capacity hint for `count` elements that the input cannot contradict: never more than
-    /// the bytes that remain, so pre-allocation stays O(input length) even for a lying prefix.
+    /// A capacity hint for a container of `count` elements that the input cannot inflate: it
+    /// draws from one budget of slots shared by the whole decode, equal to the input's length,
+    /// so all pre-allocation together stays O(input length) however containers nest or lie.
     #[inline]
-    pub(crate) fn cautious_hint(&self, count: usize) -> usize {
-        count.min(self.input.len())
+    pub(crate) fn cautious_hint(&mut self, count: usize) -> usize {
+        let hint = count.min(self.input.len()).min(self.prealloc_left);
+        self.prealloc_left -= hint;
+        hint
     }
 }

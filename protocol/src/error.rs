@@ -79,6 +79,8 @@ pub enum ViolationCode {
     DuplicateCallId = 15,
     /// More calls in flight than the worker was told to expect (worker side).
     TooManyCalls = 16,
+    /// A `Welcome` whose limits are out of range (worker side).
+    InvalidWelcome = 17,
 }
 
 impl ViolationCode {
@@ -224,9 +226,9 @@ pub enum ConfigError {
     /// `max_frame` must be at least [`MIN_MAX_FRAME`](crate::MIN_MAX_FRAME) bytes.
     #[error("max_frame {0} is below the minimum {min}", min = crate::MIN_MAX_FRAME)]
     MaxFrameTooSmall(u32),
-    /// `max_in_flight` must be at least 1.
-    #[error("max_in_flight must be at least 1")]
-    NoCallsAllowed,
+    /// `max_in_flight` must be 1 to [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT).
+    #[error("max_in_flight {0} is outside 1..={max}", max = crate::MAX_IN_FLIGHT)]
+    InFlightOutOfRange(u32),
 }
 
 /// A transport failed. The session treats it as the end of the connection.

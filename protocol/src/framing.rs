@@ -52,6 +52,17 @@ impl FrameDecoder {
         }
     }
 
+    /// Changes the cap for frames not yet started, keeping everything buffered (a session
+    /// raises it once the handshake has set the connection's limit).
+    pub fn set_max_frame(&mut self, max_frame: u32) {
+        self.max_frame = max_frame;
+    }
+
+    /// The cap in force.
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame
+    }
+
     /// Appends bytes received from the peer. Once a frame was refused, input is ignored.
     pub fn extend(&mut self, data: &[u8]) {
         if !matches!(self.state, DecodeState::Failed(_)) {

@@ -70,7 +70,7 @@ pub use framing::{FrameDecoder, LENGTH_PREFIX};
 pub use id::CallId;
 pub use limits::{
     HostConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_PROGRESS_PER_CALL, MIN_MAX_FRAME,
+    DEFAULT_MAX_PROGRESS_PER_CALL, HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT, MIN_MAX_FRAME,
 };
 pub use method::{is_valid_method_name, Method, MethodName, MAX_METHOD_NAME};
 pub use remote_error::{ErrorKind, RemoteError, MAX_ERROR_MESSAGE};

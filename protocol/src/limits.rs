@@ -10,8 +10,17 @@ use crate::{ConfigError, TOKEN_LEN};
 /// Worst case, the host buffers one frame of this size per worker while it arrives.
 pub const DEFAULT_MAX_FRAME: u32 = 16 * 1024 * 1024 + 4096;
 
-/// The smallest `max_frame` accepted: room for a handshake with a few dozen method names.
-pub const MIN_MAX_FRAME: u32 = 4096;
+/// The smallest `max_frame` accepted: 8 KiB, room for a `Fail` frame with the longest error
+/// message ([`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE)) and a handshake with a few dozen
+/// method names.
+pub const MIN_MAX_FRAME: u32 = 8192;
+
+/// The cap on frames before the handshake completes: 128 KiB, enough for the largest valid
+/// `Hello` (1024 names of 64 bytes). An unauthenticated peer cannot make the host buffer more.
+pub const HANDSHAKE_MAX_FRAME: u32 = 128 * 1024;
+
+/// The largest `max_in_flight` accepted: 65,536 calls per worker.
+pub const MAX_IN_FLIGHT: u32 = 65_536;
 
 /// Default for [`HostConfig::max_in_flight`]: 1024 calls per worker.
 ///
@@ -71,11 +80,11 @@ impl HostConfig {
     }
 
     /// Most calls in flight on the worker, cancelled calls awaiting their terminal frame
-    /// included. Default [`DEFAULT_MAX_IN_FLIGHT`]; at least 1. Worst-case memory: about
-    /// 100 bytes of bookkeeping per call, plus the bodies.
+    /// included. Default [`DEFAULT_MAX_IN_FLIGHT`]; 1 to [`MAX_IN_FLIGHT`]. Worst-case memory:
+    /// about 100 bytes of bookkeeping per call, plus the bodies.
     pub fn max_in_flight(mut self, calls: u32) -> Result<Self, ConfigError> {
-        if calls == 0 {
-            return Err(ConfigError::NoCallsAllowed);
+        if calls == 0 || calls > MAX_IN_FLIGHT {
+            return Err(ConfigError::InFlightOutOfRange(calls));
         }
         self.max_in_flight = calls;
         Ok(self)

@@ -62,7 +62,9 @@ impl ErrorKind {
 ///
 /// Built with [`RemoteError::new`], which makes any message safe to send. On receipt the host
 /// is strict instead: a message over [`MAX_ERROR_MESSAGE`] bytes or holding a control character
-/// is a protocol violation, because an honest worker never sends one.
+/// is a protocol violation, because an honest worker never sends one. "Control character" here
+/// means [`airlock_codec::is_unsafe_in_text`]: C0/C1 controls, DEL, U+2028/U+2029, and the
+/// bidirectional and invisible format characters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteError {
     kind: ErrorKind,
@@ -71,12 +73,18 @@ pub struct RemoteError {
 }
 
 impl RemoteError {
-    /// A descriptor with `message` made safe: each control character (C0, DEL, C1) becomes a
-    /// space and the result is cut to [`MAX_ERROR_MESSAGE`] bytes on a character boundary.
+    /// A descriptor with `message` made safe: each character that could forge or hide log text
+    /// (controls, line separators, bidi and invisible format characters; see
+    /// [`airlock_codec::is_unsafe_in_text`]) becomes a space, and the result is cut to
+    /// [`MAX_ERROR_MESSAGE`] bytes on a character boundary.
     pub fn new(kind: ErrorKind, message: &str) -> Self {
         let mut clean = String::with_capacity(message.len().min(MAX_ERROR_MESSAGE));
         for c in message.chars() {
-            let c = if c.is_control() { ' ' } else { c };
+            let c = if airlock_codec::is_unsafe_in_text(c) {
+                ' '
+            } else {
+                c
+            };
             if clean.len() + c.len_utf8() > MAX_ERROR_MESSAGE {
                 break;
             }
@@ -137,7 +145,8 @@ impl core::fmt::Display for RemoteError {
 
 impl std::error::Error for RemoteError {}
 
-/// True if `message` may cross as an error message: bounded and free of control characters.
+/// True if `message` may cross as an error message: bounded, and free of characters that could
+/// forge or hide log text.
 pub(crate) fn is_clean_message(message: &str) -> bool {
-    message.len() <= MAX_ERROR_MESSAGE && !message.chars().any(char::is_control)
+    message.len() <= MAX_ERROR_MESSAGE && !message.chars().any(airlock_codec::is_unsafe_in_text)
 }

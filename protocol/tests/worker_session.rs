@@ -218,3 +218,22 @@ fn call_after_shutdown_is_fatal_for_the_worker() {
     pair.drain();
     assert_eq!(worker_violation(&pair), Some(ViolationCode::ForbiddenKind));
 }
+
+#[test]
+fn welcome_with_out_of_range_limits_is_fatal_for_the_worker() {
+    for (max_frame, max_in_flight) in [
+        (0, 1),
+        (MIN_MAX_FRAME, 0),
+        (MIN_MAX_FRAME, MAX_IN_FLIGHT + 1),
+    ] {
+        let mut pair = Pair::new(HostConfig::default(), &[]);
+        let welcome = Frame::Welcome(Welcome {
+            max_frame,
+            max_in_flight,
+            max_progress_per_call: 1,
+        });
+        pair.worker.handle_bytes(&encode_frame(&welcome));
+        pair.drain();
+        assert_eq!(worker_violation(&pair), Some(ViolationCode::InvalidWelcome));
+    }
+}

@@ -185,7 +185,6 @@ fn decode(reader: &mut Reader<'_>) -> Result<Value, DecodeError> {
             _ => match decode_step(reader)? {
                 Step::Done(value) => value,
                 Step::Open(open) => {
-                    reader.enter()?;
                     stack.push(open);
                     continue;
                 }
@@ -243,6 +242,9 @@ fn decode_step(reader: &mut Reader<'_>) -> Result<Step, DecodeError> {
         TAG_LIST | TAG_MAP => {
             let count = reader.varint_u64()?;
             let left = reader.reserve_items(count)?;
+            // Enter before allocating anything for the container. Paired with the `leave`
+            // when the container closes.
+            reader.enter()?;
             let open = if tag == TAG_LIST {
                 Open::List {
                     items: Vec::with_capacity(reader.cautious_hint(left)),

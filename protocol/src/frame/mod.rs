@@ -193,7 +193,12 @@ impl Encoder {
         method: &str,
         body: Bytes,
     ) -> Transmit {
-        let mut head = [0u8; 4 + 1 + 16 + 1 + 64 + 10];
+        // Prefix, tag, id, name length (one byte: names are at most 64), name, body length.
+        let mut head = [0u8; HEAD_CAPACITY];
+        debug_assert!(
+            method.len() <= crate::MAX_METHOD_NAME,
+            "unvalidated method name"
+        );
         let mut at = 4;
         let mut put = |bytes: &[u8]| {
             if let Some(dst) = head.get_mut(at..at + bytes.len()) {
@@ -218,6 +223,9 @@ impl Encoder {
         }
     }
 }
+
+/// The largest head `Encoder::with_body` can write: every caller passes a validated name.
+const HEAD_CAPACITY: usize = 4 + 1 + 16 + 1 + crate::MAX_METHOD_NAME + 10;
 
 /// The kinds whose frames carry a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

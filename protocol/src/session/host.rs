@@ -1,7 +1,6 @@
 //! The host's side of one worker connection.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -126,7 +125,9 @@ pub struct HostSession {
     decoder: FrameDecoder,
     encoder: Encoder,
     calls: HashMap<CallId, PendingCall>,
-    deadlines: BinaryHeap<Reverse<(Instant, CallId)>>,
+    /// Every pending call's deadline, soonest first; entries leave with their calls, so its
+    /// size is the number of calls in flight.
+    deadlines: BTreeSet<(Instant, CallId)>,
     finished: FinishedIds,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -138,11 +139,13 @@ impl HostSession {
     pub fn new(config: HostConfig, now: Instant) -> Self {
         let deadline = now + config.handshake_limit();
         Self {
-            decoder: FrameDecoder::new(config.frame_limit()),
+            // Until the worker has proven itself with a valid Hello, accept only Hello-sized
+            // frames: an unauthenticated peer cannot make the host buffer max_frame bytes.
+            decoder: FrameDecoder::new(config.frame_limit().min(crate::HANDSHAKE_MAX_FRAME)),
             state: State::AwaitingHello { deadline },
             encoder: Encoder::default(),
             calls: HashMap::new(),
-            deadlines: BinaryHeap::new(),
+            deadlines: BTreeSet::new(),
             finished: FinishedIds::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -218,7 +221,7 @@ impl HostSession {
                 progress: 0,
             },
         );
-        self.deadlines.push(Reverse((deadline, id)));
+        self.deadlines.insert((deadline, id));
         let transmit = self.encoder.with_body(BodyTag::Call, id, method, body);
         self.transmits.push_back(transmit);
         Ok(id)
@@ -289,18 +292,7 @@ impl HostSession {
         match self.state {
             State::AwaitingHello { deadline } => Some(deadline),
             State::Closed => None,
-            State::Ready | State::Closing => {
-                // Drop entries for calls that already finished (lazy deletion).
-                while let Some(Reverse((deadline, id))) = self.deadlines.peek().copied() {
-                    match self.calls.get(&id) {
-                        Some(call) if call.deadline == deadline => return Some(deadline),
-                        _ => {
-                            self.deadlines.pop();
-                        }
-                    }
-                }
-                None
-            }
+            State::Ready | State::Closing => self.deadlines.first().map(|(deadline, _)| *deadline),
         }
     }
 
@@ -314,15 +306,11 @@ impl HostSession {
             }
             State::Ready | State::Closing => {
                 let mut expired = false;
-                while let Some(Reverse((deadline, id))) = self.deadlines.peek().copied() {
+                while let Some(&(deadline, id)) = self.deadlines.first() {
                     if deadline > now {
                         break;
                     }
-                    self.deadlines.pop();
-                    let live = self.calls.get(&id).is_some_and(|c| c.deadline == deadline);
-                    if !live {
-                        continue;
-                    }
+                    self.deadlines.remove(&(deadline, id));
                     expired = true;
                     if let Some(call) = self.calls.remove(&id) {
                         self.finished.remember(id);
@@ -361,6 +349,15 @@ impl HostSession {
         }
     }
 
+    /// The transport's framing failed (a length over the cap, a zero length, a stream ending
+    /// inside a frame): a violation, exactly as if the bytes had gone through
+    /// [`handle_bytes`](Self::handle_bytes).
+    pub fn handle_framing_error(&mut self, err: crate::FrameError) {
+        if !self.is_closed() {
+            self.violation(Violation::from_frame_error(err));
+        }
+    }
+
     /// The worker's stream ended. Ends the session: gracefully if shutting down with no call
     /// pending, otherwise with [`CloseReason::WorkerClosed`] (or a violation if the stream
     /// ended inside a frame).
@@ -380,17 +377,20 @@ impl HostSession {
 
     /// Handles one complete frame payload (without its length prefix), as delivered by a
     /// transport that does its own framing.
+    ///
+    /// Time is not an input here: call [`handle_timeout`](Self::handle_timeout) first when a
+    /// deadline may have passed, or a frame arriving just after it is still accepted.
     pub fn handle_frame(&mut self, payload: Bytes) {
         if self.is_closed() {
             return;
         }
-        if payload.len() > self.config.frame_limit() as usize || payload.is_empty() {
+        if payload.len() > self.decoder.max_frame() as usize || payload.is_empty() {
             let err = if payload.is_empty() {
                 crate::FrameError::Empty
             } else {
                 crate::FrameError::TooLarge {
                     len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
-                    max: self.config.frame_limit(),
+                    max: self.decoder.max_frame(),
                 }
             };
             return self.violation(Violation::from_frame_error(err));
@@ -455,6 +455,7 @@ impl HostSession {
         };
         let transmit = self.encoder.whole(&Frame::Welcome(welcome));
         self.transmits.push_back(transmit);
+        self.decoder.set_max_frame(self.config.frame_limit());
         self.state = State::Ready;
         self.events.push_back(Event::Ready(info));
         Ok(())
@@ -513,14 +514,14 @@ impl HostSession {
         }
         let outcome = match frame {
             Frame::Progress(progress) => {
-                call.progress += 1;
-                if call.progress > self.config.progress_limit() {
+                if call.progress >= self.config.progress_limit() {
                     return Err(Violation::new(
                         ViolationCode::ProgressOverQuota,
                         "at most max_progress_per_call Progress frames",
                         Received::Frame(kind),
                     ));
                 }
+                call.progress += 1;
                 if call.state != CallState::Cancelled {
                     call.state = CallState::InProgress;
                     let body = payload.slice_ref(progress.body);
@@ -542,7 +543,9 @@ impl HostSession {
             _ => return Ok(()), // excluded above
         };
         let cancelled = call.state == CallState::Cancelled;
+        let deadline = call.deadline;
         self.calls.remove(&id);
+        self.deadlines.remove(&(deadline, id));
         self.finished.remember(id);
         if !cancelled {
             self.events.push_back(Event::Completed { id, outcome });

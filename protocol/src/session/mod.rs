@@ -66,21 +66,39 @@ pub struct WorkerInfo {
     pub methods: Vec<String>,
 }
 
-/// How many finished ids a session remembers, to tell a late or replayed frame
+/// The fewest finished ids a session remembers: 4096 ids = 64 KiB.
+///
+/// The host uses them to tell a late or replayed frame
 /// ([`ViolationCode::FinishedCallId`](crate::ViolationCode::FinishedCallId)) from a forged one
-/// ([`ViolationCode::UnknownCallId`](crate::ViolationCode::UnknownCallId)). Either is fatal;
-/// the memory only makes the log say which. 4096 ids = 64 KiB.
+/// ([`ViolationCode::UnknownCallId`](crate::ViolationCode::UnknownCallId)); either is fatal.
+/// The worker needs them so that a `Cancel` crossing its answer is not mistaken for a forged
+/// one: every such `Cancel` names one of the last `max_in_flight` calls it finished, so a
+/// worker remembers at least twice `max_in_flight` ids.
 pub const FINISHED_ID_MEMORY: usize = 4096;
 
 /// A bounded memory of recently finished ids.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FinishedIds {
     ids: VecDeque<CallId>,
+    capacity: usize,
+}
+
+impl Default for FinishedIds {
+    fn default() -> Self {
+        Self::with_capacity(FINISHED_ID_MEMORY)
+    }
 }
 
 impl FinishedIds {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Self {
+            ids: VecDeque::new(),
+            capacity: capacity.max(FINISHED_ID_MEMORY),
+        }
+    }
+
     pub(crate) fn remember(&mut self, id: CallId) {
-        if self.ids.len() == FINISHED_ID_MEMORY {
+        if self.ids.len() >= self.capacity {
             self.ids.pop_front();
         }
         self.ids.push_back(id);

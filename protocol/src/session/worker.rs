@@ -191,7 +191,8 @@ impl WorkerSession {
         Ok(())
     }
 
-    /// Answers a call with a failure: its one terminal frame.
+    /// Answers a call with a failure: its one terminal frame. Always fits: a `Fail` with the
+    /// longest message is smaller than [`MIN_MAX_FRAME`](crate::MIN_MAX_FRAME).
     pub fn reply_fail(&mut self, id: CallId, error: &RemoteError) -> Result<(), ReplyError> {
         self.welcome()?;
         let call = self.calls.get(&id).ok_or(ReplyError::NoSuchCall)?;
@@ -258,6 +259,18 @@ impl WorkerSession {
         if self.is_closed() {
             return;
         }
+        let max = self.decoder.max_frame();
+        if payload.is_empty() || payload.len() > max as usize {
+            let err = if payload.is_empty() {
+                crate::FrameError::Empty
+            } else {
+                crate::FrameError::TooLarge {
+                    len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+                    max,
+                }
+            };
+            return self.close(CloseReason::Violation(Violation::from_frame_error(err)));
+        }
         let result = match frame::decode_frame(&payload) {
             Ok(frame) => self.on_frame(&payload, frame),
             Err(_) => Err(Violation::new(
@@ -275,7 +288,12 @@ impl WorkerSession {
         let received = Received::Frame(frame.kind());
         let welcome = match (self.state, frame) {
             (State::AwaitingWelcome, Frame::Welcome(welcome)) => {
-                self.decoder = FrameDecoder::new(welcome.max_frame);
+                check_welcome(&welcome).map_err(|_| {
+                    Violation::new(ViolationCode::InvalidWelcome, "limits in range", received)
+                })?;
+                // Keep whatever is buffered behind the Welcome (a Call may share its read).
+                self.decoder.set_max_frame(welcome.max_frame);
+                self.finished = FinishedIds::with_capacity(2 * welcome.max_in_flight as usize);
                 self.state = State::Serving(welcome);
                 self.events.push_back(WorkerEvent::Welcomed(welcome));
                 return Ok(());
@@ -391,6 +409,17 @@ impl WorkerSession {
         self.state = State::Closed;
         self.calls.clear();
         self.events.push_back(WorkerEvent::Closed(reason));
+    }
+}
+
+/// A `Welcome`'s limits must be ones a real host can set.
+fn check_welcome(welcome: &Welcome) -> Result<(), ()> {
+    let frame_ok = welcome.max_frame >= crate::MIN_MAX_FRAME;
+    let in_flight_ok = (1..=crate::MAX_IN_FLIGHT).contains(&welcome.max_in_flight);
+    if frame_ok && in_flight_ok {
+        Ok(())
+    } else {
+        Err(())
     }
 }
 

@@ -1,0 +1,113 @@
+//! The built-in methods of the `airlock-worker` binary, for demos, tests and benchmarks.
+//!
+//! Each is a [`Method`] type a host can call; [`builtin_worker`] registers them all. Several
+//! exist to let tests observe the worker from outside (`pid`, `open_fds`, `env`, `cwd`) or to
+//! make it misbehave on request (`sleep`, `fail`, `panic`, `print`, `stderr_flood`).
+
+use std::time::Duration;
+
+use airlock_protocol::Method;
+use serde_bytes::ByteBuf;
+
+use crate::{HandlerError, Worker};
+
+macro_rules! method {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $req:ty => $resp:ty) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $ty;
+        impl Method for $ty {
+            const NAME: &'static str = $name;
+            type Request = $req;
+            type Response = $resp;
+        }
+    };
+}
+
+method!(
+    /// Returns its payload unchanged.
+    Echo, "echo", ByteBuf => ByteBuf);
+method!(
+    /// Adds integers; an overflow is a handler error.
+    Sum, "sum", Vec<i64> => i64);
+method!(
+    /// The 64-bit FNV-1a digest of a payload.
+    Digest, "digest", ByteBuf => u64);
+method!(
+    /// Sleeps for the given milliseconds, then returns them.
+    Sleep, "sleep", u64 => u64);
+method!(
+    /// Always fails with the given message.
+    Fail, "fail", String => ());
+method!(
+    /// Panics with the given message.
+    Panic, "panic", String => ());
+method!(
+    /// Prints the text to stdout and stderr (stdout must not reach the channel).
+    Print, "print", String => ());
+method!(
+    /// Writes the given number of lines to stderr.
+    StderrFlood, "stderr_flood", u32 => ());
+method!(
+    /// The worker's process id.
+    Pid, "pid", () => u32);
+method!(
+    /// The file descriptors open in the worker, from `/proc/self/fd`.
+    OpenFds, "open_fds", () => Vec<u32>);
+method!(
+    /// The worker's environment.
+    Env, "env", () => Vec<(String, String)>);
+method!(
+    /// The worker's working directory.
+    Cwd, "cwd", () => String);
+
+/// The 64-bit FNV-1a hash: tiny, dependency-free, and enough to check a payload arrived whole.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A worker serving every built-in method.
+pub fn builtin_worker() -> Worker {
+    Worker::new()
+        .method::<Echo, _, _>(|payload| async move { Ok(payload) })
+        .method::<Sum, _, _>(|values| async move {
+            values
+                .iter()
+                .try_fold(0i64, |acc, v| acc.checked_add(*v))
+                .ok_or_else(|| HandlerError::new("sum overflows i64").with_code(1))
+        })
+        .method::<Digest, _, _>(|payload| async move { Ok(fnv1a(&payload)) })
+        .method::<Sleep, _, _>(|millis| async move {
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+            Ok(millis)
+        })
+        .method::<Fail, _, _>(|message| async move { Err(HandlerError::new(message)) })
+        .method::<Panic, _, _>(|message| async move { std::panic::panic_any(message) })
+        .method::<Print, _, _>(|text| async move {
+            println!("{text}");
+            eprintln!("{text}");
+            Ok(())
+        })
+        .method::<StderrFlood, _, _>(|lines| async move {
+            for i in 0..lines {
+                eprintln!("flood line {i} {}", "x".repeat(100));
+            }
+            Ok(())
+        })
+        .method::<Pid, _, _>(|()| async move { Ok(std::process::id()) })
+        .method::<OpenFds, _, _>(|()| async move {
+            let fds = std::fs::read_dir("/proc/self/fd")
+                .map_err(|e| HandlerError::new(e.to_string()))?
+                .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                .collect();
+            Ok(fds)
+        })
+        .method::<Env, _, _>(|()| async move { Ok(std::env::vars().collect()) })
+        .method::<Cwd, _, _>(|()| async move {
+            std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .map_err(|e| HandlerError::new(e.to_string()))
+        })
+}

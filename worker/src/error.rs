@@ -1,0 +1,66 @@
+//! The worker's errors.
+
+use airlock_protocol::{ErrorKind, RemoteError};
+use thiserror::Error;
+
+/// A handler's own failure, sent to the host as a [`RemoteError`] of kind
+/// [`ErrorKind::Handler`]. The message is made safe on the way out (control characters become
+/// spaces, length capped at [`MAX_ERROR_MESSAGE`](airlock_protocol::MAX_ERROR_MESSAGE)).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct HandlerError {
+    message: String,
+    code: Option<u32>,
+}
+
+impl HandlerError {
+    /// A failure with a message for the host.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code: None,
+        }
+    }
+
+    /// Adds an application-defined numeric code.
+    #[must_use]
+    pub fn with_code(mut self, code: u32) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub(crate) fn into_remote(self) -> RemoteError {
+        let err = RemoteError::new(ErrorKind::Handler, &self.message);
+        match self.code {
+            Some(code) => err.with_code(code),
+            None => err,
+        }
+    }
+}
+
+/// Why [`Worker::serve`](crate::Worker::serve) stopped abnormally.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The transport could not be set up (stdio not pipes, socket missing...).
+    #[error("could not open the transport: {0}")]
+    Transport(#[source] std::io::Error),
+    /// No transport feature was compiled in, or the environment names one not compiled in.
+    #[error("no usable transport: {0}")]
+    NoTransport(&'static str),
+    /// The connection failed while serving.
+    #[error("connection failed: {0}")]
+    Connection(#[from] airlock_protocol::TransportError),
+    /// The host refused the handshake.
+    #[error("the host refused the worker: {0:?}")]
+    Refused(airlock_protocol::RefuseReason),
+    /// The host broke the protocol.
+    #[error("the host broke the protocol: {0}")]
+    Violation(airlock_protocol::Violation),
+    /// A method name is invalid or registered twice.
+    #[error("invalid method registration: {0}")]
+    InvalidMethod(String),
+    /// The async runtime could not be built (for `serve_blocking`).
+    #[error("could not start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}

@@ -1,0 +1,166 @@
+//! The `Worker` builder: register methods, then serve.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use airlock_protocol::transport::Transport;
+use airlock_protocol::{is_valid_method_name, Method, WorkerConfig};
+
+use crate::handler::{erase_async, erase_blocking, ErasedHandler};
+use crate::serve::{serve_on, ServeSpec};
+use crate::{HandlerError, ServeError};
+
+/// Default for [`Worker::max_concurrency`]: 64 handlers running at once.
+///
+/// More calls than this wait in the worker for a slot (the host bounds how many it sends).
+pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
+
+/// A worker: a set of methods and how to serve them.
+///
+/// Guarantees, whatever a handler does: every call received is answered exactly once — with
+/// its response, a `Fail` of kind `Panic` if the handler panicked (the worker keeps serving),
+/// `UnknownMethod` for a name not registered, `BadRequest` for a request that does not decode,
+/// `Cancelled` when the host cancelled it first.
+pub struct Worker {
+    name: String,
+    version: String,
+    methods: HashMap<String, ErasedHandler>,
+    max_concurrency: usize,
+    error: Option<String>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut methods: Vec<_> = self.methods.keys().collect();
+        methods.sort();
+        f.debug_struct("Worker")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("methods", &methods)
+            .finish()
+    }
+}
+
+impl Default for Worker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Worker {
+    /// A worker with no methods, named `airlock-worker` at this crate's version.
+    pub fn new() -> Self {
+        Self {
+            name: "airlock-worker".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            methods: HashMap::new(),
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            error: None,
+        }
+    }
+
+    /// Sets the name and version the worker reports in its `Hello` (method-name characters).
+    #[must_use]
+    pub fn identity(mut self, name: &str, version: &str) -> Self {
+        self.name = name.into();
+        self.version = version.into();
+        self
+    }
+
+    /// Most handlers running at once. Default [`DEFAULT_MAX_CONCURRENCY`].
+    #[must_use]
+    pub fn max_concurrency(mut self, handlers: usize) -> Self {
+        self.max_concurrency = handlers.max(1);
+        self
+    }
+
+    /// Registers an async handler for `M`.
+    #[must_use]
+    pub fn method<M, F, Fut>(self, handler: F) -> Self
+    where
+        M: Method,
+        F: Fn(M::Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+    {
+        self.register(M::NAME, erase_async::<M, F, Fut>(handler))
+    }
+
+    /// Registers a blocking handler for `M`; it runs on a blocking thread.
+    #[must_use]
+    pub fn blocking_method<M, F>(self, handler: F) -> Self
+    where
+        M: Method,
+        F: Fn(M::Request) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
+    {
+        self.register(M::NAME, erase_blocking::<M, F>(handler))
+    }
+
+    fn register(mut self, name: &str, handler: ErasedHandler) -> Self {
+        if !is_valid_method_name(name) {
+            self.error
+                .get_or_insert_with(|| format!("invalid method name {name:?}"));
+        } else if self.methods.insert(name.into(), handler).is_some() {
+            self.error
+                .get_or_insert_with(|| format!("method {name:?} registered twice"));
+        }
+        self
+    }
+
+    /// The names of the registered methods, sorted.
+    pub fn method_names(&self) -> Vec<String> {
+        let mut names: Vec<_> = self.methods.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn into_spec(
+        self,
+        token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
+    ) -> Result<ServeSpec, ServeError> {
+        if let Some(err) = self.error {
+            return Err(ServeError::InvalidMethod(err));
+        }
+        let mut config = WorkerConfig::new(&self.name, &self.version);
+        config.methods = {
+            let mut names: Vec<_> = self.methods.keys().cloned().collect();
+            names.sort();
+            names
+        };
+        config.token = token;
+        Ok(ServeSpec {
+            config,
+            methods: self.methods,
+            max_concurrency: self.max_concurrency,
+        })
+    }
+
+    /// Serves over `transport` until the host shuts the worker down or goes away.
+    pub async fn serve_on<T: Transport>(self, transport: T) -> Result<(), ServeError> {
+        serve_on(self.into_spec(None)?, transport).await
+    }
+
+    /// Serves over the transport the host chose for this process (from the environment:
+    /// a socket when `AIRLOCK_SOCKET_FD` or `AIRLOCK_SOCKET_NAME` is set and the `socket`
+    /// feature is on, otherwise the pipe on stdin/stdout). Must run in a tokio runtime.
+    pub async fn serve(self) -> Result<(), ServeError> {
+        crate::env_transport::serve_from_env(self).await
+    }
+
+    pub(crate) async fn serve_with_token<T: Transport>(
+        self,
+        transport: T,
+        token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
+    ) -> Result<(), ServeError> {
+        serve_on(self.into_spec(token)?, transport).await
+    }
+
+    /// [`serve`](Self::serve) on a runtime of its own, for binaries that have none.
+    pub fn serve_blocking(self) -> Result<(), ServeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(ServeError::Runtime)?;
+        runtime.block_on(self.serve())
+    }
+}
