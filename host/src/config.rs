@@ -1,0 +1,115 @@
+//! How a host spawns, bounds and supervises its worker.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock_codec::Limits;
+use airlock_protocol::HostConfig;
+
+/// Default deadline of a call: 30 seconds.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default grace period between `Shutdown` and SIGKILL: 2 seconds.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Default send deadline: a worker that does not read a batch within 5 seconds is dead.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which channel connects host and worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportChoice {
+    /// The child's stdin and stdout (feature `pipe`).
+    #[default]
+    Pipe,
+}
+
+/// When and how fast a failed worker is replaced.
+///
+/// A worker lost for any reason is replaced after a backoff that doubles from `initial_backoff`
+/// up to `max_backoff`; once more than `max_restarts` replacements happen within `window`,
+/// the supervisor stops and every call fails fast with
+/// [`LostReason::RestartBudgetExhausted`](crate::LostReason::RestartBudgetExhausted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// Replacements allowed within `window`. 0 disables restarts.
+    pub max_restarts: u32,
+    /// The sliding window the budget is counted over.
+    pub window: Duration,
+    /// The first backoff.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            max_restarts: 5,
+            window: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How the worker's stderr is relayed into `tracing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StderrPolicy {
+    /// Longest line relayed, in bytes; the rest of a longer line is dropped.
+    pub max_line: usize,
+    /// Most lines relayed per second; lines over the rate are dropped and counted.
+    pub max_lines_per_second: u32,
+}
+
+impl Default for StderrPolicy {
+    fn default() -> Self {
+        Self {
+            max_line: 4096,
+            max_lines_per_second: 200,
+        }
+    }
+}
+
+/// Everything a host needs to (re)start its worker, shared by every restart.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) transport: TransportChoice,
+    pub(crate) limits: Limits,
+    pub(crate) protocol: HostConfig,
+    pub(crate) call_timeout: Duration,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) send_timeout: Duration,
+    pub(crate) restart: RestartPolicy,
+    pub(crate) stderr: StderrPolicy,
+    pub(crate) label: String,
+}
+
+impl Settings {
+    pub(crate) fn new(program: PathBuf) -> Self {
+        let label = program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "worker".into());
+        Self {
+            program,
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            transport: TransportChoice::default(),
+            limits: Limits::default(),
+            protocol: HostConfig::default(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            restart: RestartPolicy::default(),
+            stderr: StderrPolicy::default(),
+            label,
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! `Host`: the handle applications call through, and its builder.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_codec::Limits;
+use airlock_protocol::{HostConfig, Method, WorkerInfo};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
+use crate::launch::Launcher;
+use crate::stats::{Counters, HostStats};
+use crate::supervisor::{CallReply, CallRequest, Command, Supervisor};
+use crate::{CallError, SpawnError};
+
+/// Configures and spawns a [`Host`]. Every setting has a safe default.
+#[derive(Clone, Debug)]
+pub struct HostBuilder {
+    settings: Settings,
+}
+
+impl HostBuilder {
+    /// Adds an argument for the worker program.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.settings.args.push(arg.into());
+        self
+    }
+
+    /// Adds an environment variable. The worker's environment is otherwise empty: nothing of
+    /// the host's own environment is passed on.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.settings.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// The worker's working directory (default: the host's).
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.settings.cwd = Some(dir.into());
+        self
+    }
+
+    /// The channel to the worker. Default [`TransportChoice::Pipe`].
+    #[must_use]
+    pub fn transport(mut self, transport: TransportChoice) -> Self {
+        self.settings.transport = transport;
+        self
+    }
+
+    /// Budgets for decoding the worker's responses. Default [`Limits::default`].
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.settings.limits = limits;
+        self
+    }
+
+    /// Protocol limits: frame size, in-flight calls, progress quota, handshake deadline.
+    #[must_use]
+    pub fn protocol(mut self, config: HostConfig) -> Self {
+        self.settings.protocol = config;
+        self
+    }
+
+    /// Deadline of a call made with [`Host::call`]. Default
+    /// [`DEFAULT_CALL_TIMEOUT`](crate::DEFAULT_CALL_TIMEOUT).
+    #[must_use]
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.call_timeout = timeout;
+        self
+    }
+
+    /// Time between `Shutdown` and SIGKILL. Default
+    /// [`DEFAULT_SHUTDOWN_GRACE`](crate::DEFAULT_SHUTDOWN_GRACE).
+    #[must_use]
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.settings.shutdown_grace = grace;
+        self
+    }
+
+    /// Longest a write to the worker may block before it is declared dead. Default
+    /// [`DEFAULT_SEND_TIMEOUT`](crate::DEFAULT_SEND_TIMEOUT).
+    #[must_use]
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.send_timeout = timeout;
+        self
+    }
+
+    /// When a lost worker is replaced. Default [`RestartPolicy::default`].
+    #[must_use]
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.settings.restart = policy;
+        self
+    }
+
+    /// How the worker's stderr is relayed. Default [`StderrPolicy::default`].
+    #[must_use]
+    pub fn stderr_policy(mut self, policy: StderrPolicy) -> Self {
+        self.settings.stderr = policy;
+        self
+    }
+
+    /// The name logs use for this worker. Default: the program's file name.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.settings.label = label.into();
+        self
+    }
+
+    /// Starts the worker and completes its handshake. Fails if the program cannot run or the
+    /// handshake fails; after that, lost workers are replaced by the supervisor.
+    pub async fn spawn(self) -> Result<Host, SpawnError> {
+        Host::start(self.settings, Launcher::Process).await
+    }
+
+    pub(crate) async fn spawn_with(self, launcher: Launcher) -> Result<Host, SpawnError> {
+        Host::start(self.settings, launcher).await
+    }
+}
+
+/// A supervised worker, called with typed methods. Cheap to clone; every clone talks to the
+/// same worker. When the last clone is dropped the worker is shut down.
+///
+/// Guarantees: every call ends with exactly one outcome; a response reaches a call only if
+/// the worker's frame matched the call's fresh random id, method and state; a worker that
+/// breaks the protocol, sends an undecodable response, misses a deadline, stops reading or
+/// exits is SIGKILLed with its whole process group, reaped, never reused, and its calls fail
+/// with [`CallError::WorkerLost`] naming why.
+#[derive(Clone, Debug)]
+pub struct Host {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    commands: mpsc::UnboundedSender<Command>,
+    counters: Arc<Counters>,
+    alive: Arc<AtomicBool>,
+    next_key: AtomicU64,
+    call_timeout: Duration,
+    limits: Limits,
+    worker: WorkerInfo,
+}
+
+impl Host {
+    /// Starts configuring a host for the worker program at `program`.
+    pub fn builder(program: impl Into<PathBuf>) -> HostBuilder {
+        HostBuilder {
+            settings: Settings::new(program.into()),
+        }
+    }
+
+    pub(crate) fn in_process_builder() -> HostBuilder {
+        let mut builder = Self::builder("in-process");
+        builder.settings.label = "in-process".into();
+        builder
+    }
+
+    async fn start(settings: Settings, launcher: Launcher) -> Result<Host, SpawnError> {
+        let settings = Arc::new(settings);
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
+        let alive = Arc::new(AtomicBool::new(true));
+        let supervisor = Supervisor::new(
+            Arc::clone(&settings),
+            launcher,
+            receiver,
+            Arc::clone(&counters),
+            Arc::clone(&alive),
+        );
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::spawn(supervisor.run(ready_tx));
+        let worker = match ready_rx.await {
+            Ok(result) => result?,
+            Err(_) => return Err(SpawnError::Exec(std::io::Error::other("supervisor ended"))),
+        };
+        Ok(Host {
+            shared: Arc::new(Shared {
+                commands,
+                counters,
+                alive,
+                next_key: AtomicU64::new(0),
+                call_timeout: settings.call_timeout,
+                limits: settings.limits,
+                worker,
+            }),
+        })
+    }
+
+    /// Calls `M` with the host's call deadline.
+    pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
+        let deadline = Instant::now() + self.shared.call_timeout;
+        self.call_with_deadline::<M>(request, deadline).await
+    }
+
+    /// Calls `M`, which must finish by `deadline`. Dropping the returned future cancels the
+    /// call (a `Cancel` is sent to the worker).
+    pub async fn call_with_deadline<M: Method>(
+        &self,
+        request: &M::Request,
+        deadline: Instant,
+    ) -> Result<M::Response, CallError> {
+        let counters = &self.shared.counters;
+        counters.started.fetch_add(1, Ordering::Relaxed);
+        let mut guard = InFlight::new(&self.shared);
+        let result = self.call_inner::<M>(request, deadline, &mut guard).await;
+        guard.done = true;
+        counters.record(&result.as_ref().map(|_| ()));
+        result
+    }
+
+    async fn call_inner<M: Method>(
+        &self,
+        request: &M::Request,
+        deadline: Instant,
+        guard: &mut InFlight<'_>,
+    ) -> Result<M::Response, CallError> {
+        let body = airlock_codec::to_vec(request).map_err(CallError::Encode)?;
+        let (reply, answer) = oneshot::channel();
+        let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
+        let call = CallRequest {
+            key,
+            method: M::NAME,
+            body: body.into(),
+            deadline,
+            reply,
+        };
+        self.shared
+            .commands
+            .send(Command::Call(call))
+            .map_err(|_| CallError::Shutdown)?;
+        guard.key = Some(key);
+        // The supervisor enforces the deadline (and kills the worker when it passes); this
+        // outer bound only guards against the supervisor itself being gone.
+        let backstop = tokio::time::Instant::from_std(deadline) + Duration::from_secs(5);
+        let reply = match tokio::time::timeout_at(backstop, answer).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => return Err(CallError::Shutdown),
+            Err(_) => return Err(CallError::Timeout),
+        };
+        guard.key = None;
+        match reply {
+            CallReply::Returned { body, generation } => {
+                airlock_codec::from_slice::<M::Response>(&body, &self.shared.limits).map_err(
+                    |err| {
+                        // The worker lied about a call sent to it: it is killed before it can
+                        // answer anything else.
+                        let _ = self.shared.commands.send(Command::Abort { generation });
+                        CallError::Decode(err)
+                    },
+                )
+            }
+            CallReply::Failed(err) => Err(err),
+        }
+    }
+
+    /// Shuts the worker down gracefully: `Shutdown`, up to the grace period for calls in
+    /// flight to finish, then SIGKILL. Every pending call gets an outcome; later calls fail
+    /// with [`CallError::Shutdown`].
+    pub async fn shutdown(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.shared.commands.send(Command::Shutdown(done)).is_ok() {
+            let _ = finished.await;
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> HostStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Calls in flight now.
+    pub fn in_flight(&self) -> u64 {
+        self.shared.counters.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// False once the host is shut down or its restart budget is exhausted.
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::Relaxed)
+    }
+
+    /// What the first worker said about itself in its handshake.
+    pub fn worker_info(&self) -> &WorkerInfo {
+        &self.shared.worker
+    }
+}
+
+/// Counts a call in flight, and cancels it if its future is dropped before it finished.
+struct InFlight<'a> {
+    shared: &'a Shared,
+    key: Option<u64>,
+    done: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared,
+            key: None,
+            done: false,
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .counters
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        if let Some(key) = self.key {
+            let _ = self.shared.commands.send(Command::Cancel(key));
+        }
+        if !self.done {
+            self.shared
+                .counters
+                .cancelled
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

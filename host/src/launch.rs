@@ -1,0 +1,189 @@
+//! Starting a worker: a child process, or (in-process mode) a task in this process speaking the
+//! same protocol over an in-memory stream.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
+use airlock_transport_pipe::StreamTransport;
+use airlock_worker::Worker;
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+
+use crate::config::Settings;
+use crate::{ExitInfo, SpawnError};
+
+/// Bytes buffered in each direction of an in-process worker's stream.
+const IN_PROCESS_BUFFER: usize = 1 << 20;
+
+/// Builds a fresh worker for in-process mode, once per (re)start.
+pub(crate) type WorkerFactory = Arc<dyn Fn() -> Worker + Send + Sync>;
+
+/// How workers are started.
+#[derive(Clone)]
+pub(crate) enum Launcher {
+    /// A child process from `Settings::program`.
+    Process,
+    /// A task in this process.
+    InProcess(WorkerFactory),
+}
+
+/// A started worker, before its handshake.
+pub(crate) struct Launched {
+    pub(crate) process: WorkerProcess,
+    pub(crate) sender: Box<dyn FrameSender>,
+    pub(crate) receiver: Box<dyn FrameReceiver>,
+    pub(crate) stderr: Option<JoinHandle<()>>,
+}
+
+/// What runs the worker's code. One per worker, so the variants' size difference is moot.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum WorkerProcess {
+    /// A child process leading its own process group.
+    Child {
+        /// The process.
+        child: Child,
+        /// Its pid, which is also its process group id.
+        pid: u32,
+        /// Set once it has been reaped (its group was killed at that moment).
+        exited: Option<ExitInfo>,
+    },
+    /// A task (in-process mode).
+    Task {
+        /// The serving task.
+        task: JoinHandle<()>,
+        /// Set once the task has been awaited to completion (it must not be polled again).
+        done: bool,
+    },
+}
+
+impl Launcher {
+    pub(crate) fn launch(
+        &self,
+        settings: &Settings,
+        stderr_dropped: &Arc<AtomicU64>,
+    ) -> Result<Launched, SpawnError> {
+        match self {
+            Launcher::Process => {
+                let spawned = crate::spawn::spawn(settings)?;
+                let stderr = spawned.stderr.map(|stderr| {
+                    tokio::spawn(crate::stderr::relay(
+                        stderr,
+                        format!("{}[{}]", settings.label, spawned.pid),
+                        settings.stderr,
+                        Arc::clone(stderr_dropped),
+                    ))
+                });
+                Ok(Launched {
+                    process: WorkerProcess::Child {
+                        child: spawned.child,
+                        pid: spawned.pid,
+                        exited: None,
+                    },
+                    sender: spawned.sender,
+                    receiver: spawned.receiver,
+                    stderr,
+                })
+            }
+            Launcher::InProcess(factory) => {
+                let (host_end, worker_end) = tokio::io::duplex(IN_PROCESS_BUFFER);
+                let (host_read, host_write) = tokio::io::split(host_end);
+                let (worker_read, worker_write) = tokio::io::split(worker_end);
+                let config = crate::spawn::stream_config(settings);
+                let worker_transport = StreamTransport::new(worker_read, worker_write, config);
+                let worker = factory();
+                let task = tokio::spawn(async move {
+                    if let Err(err) = worker.serve_on(worker_transport).await {
+                        tracing::debug!(target: "airlock::in_process", "worker ended: {err}");
+                    }
+                });
+                let (sender, receiver) =
+                    StreamTransport::new(host_read, host_write, config).split();
+                Ok(Launched {
+                    process: WorkerProcess::Task { task, done: false },
+                    sender: Box::new(sender),
+                    receiver: Box::new(receiver),
+                    stderr: None,
+                })
+            }
+        }
+    }
+}
+
+impl WorkerProcess {
+    /// Waits for the worker to end on its own. A child's process group is killed the moment the
+    /// child is reaped, so a grandchild holding the channel open dies with it.
+    pub(crate) async fn wait(&mut self) -> ExitInfo {
+        match self {
+            WorkerProcess::Child { child, pid, exited } => {
+                if let Some(info) = exited {
+                    return *info;
+                }
+                let info = exit_info(child.wait().await.ok());
+                kill_group(*pid);
+                *exited = Some(info);
+                info
+            }
+            WorkerProcess::Task { task, done } => {
+                if !*done {
+                    let _ = task.await;
+                    *done = true;
+                }
+                ExitInfo {
+                    code: Some(0),
+                    signal: None,
+                }
+            }
+        }
+    }
+
+    /// Kills the worker and everything it started (its whole process group), then reaps it.
+    /// Bounded: gives up waiting after `reap_timeout` (the process is already SIGKILLed).
+    pub(crate) async fn kill_and_reap(&mut self, reap_timeout: Duration) -> Option<ExitInfo> {
+        match self {
+            WorkerProcess::Child { child, pid, exited } => {
+                if let Some(info) = exited {
+                    return Some(*info);
+                }
+                kill_group(*pid);
+                let _ = child.start_kill();
+                let info = match tokio::time::timeout(reap_timeout, child.wait()).await {
+                    Ok(status) => Some(exit_info(status.ok())),
+                    Err(_) => None,
+                };
+                *exited = info;
+                info
+            }
+            WorkerProcess::Task { task, done } => {
+                task.abort();
+                if !*done && tokio::time::timeout(reap_timeout, &mut *task).await.is_ok() {
+                    *done = true;
+                }
+                None
+            }
+        }
+    }
+}
+
+/// SIGKILLs every process in the group led by `pid`. Called only while the leader is
+/// unreaped or just reaped, so the group id cannot have been reused.
+fn kill_group(pid: u32) {
+    if let Some(pgid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+}
+
+fn exit_info(status: Option<std::process::ExitStatus>) -> ExitInfo {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(status) => ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+        },
+        None => ExitInfo::default(),
+    }
+}

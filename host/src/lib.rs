@@ -1,0 +1,59 @@
+//! The airlock host: run work in a sandboxed worker process and take its answers back without
+//! trusting a byte of them.
+//!
+//! A [`Host`] spawns a worker (a cleared environment, its own process group, no inherited
+//! descriptors, death with its host), completes the handshake, and sends typed calls:
+//! `host.call::<M>(&request)` where the [`Method`](airlock_protocol::Method) `M` fixes the
+//! request and response types at compile time. Every reply is bound to exactly one call by a
+//! fresh random 128-bit id and the method's name, and decoded by a non-executing, budgeted
+//! codec. A worker that breaks any rule, lies about a response, misses a deadline, stops
+//! reading or dies is SIGKILLed and reaped, its calls fail with a [`CallError`] naming why,
+//! and a supervisor replaces it with backoff, within a restart budget.
+//!
+//! ```no_run
+//! use airlock_host::{CallError, Host};
+//! use airlock_worker::builtin::{Echo, Sum};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = Host::builder("target/debug/airlock-worker").spawn().await?;
+//! assert_eq!(host.call::<Sum>(&vec![1, 2, 3]).await?, 6);
+//! let overflow = host.call::<Sum>(&vec![i64::MAX, 1]).await;
+//! assert!(matches!(overflow, Err(CallError::Remote(_))));
+//! host.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! [`InProcess`] runs the same handlers through the same codec and state machines inside the
+//! host process, for development and tests; [`Pool`] spreads calls over several workers.
+//!
+//! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
+//! to it and deny service to them; it cannot answer another call, run code in the host, or
+//! make the host allocate beyond its budgets. airlock's checks do not replace OS confinement.
+//!
+//! Seam for OS confinement: `sys::prepare_child` is where the host-side rules run in the child
+//! before `exec` (rlimits, seccomp and namespaces will join them there).
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod host;
+mod in_process;
+mod launch;
+mod pool;
+mod spawn;
+mod stats;
+mod stderr;
+mod supervisor;
+mod sys;
+
+pub use config::{
+    RestartPolicy, StderrPolicy, TransportChoice, DEFAULT_CALL_TIMEOUT, DEFAULT_SEND_TIMEOUT,
+    DEFAULT_SHUTDOWN_GRACE,
+};
+pub use error::{CallError, ExitInfo, LostReason, SpawnError};
+pub use host::{Host, HostBuilder};
+pub use in_process::InProcess;
+pub use pool::{Pool, PoolBuilder};
+pub use stats::{FailureCounts, HostStats};

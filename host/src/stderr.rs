@@ -1,0 +1,70 @@
+//! Relaying a worker's stderr into `tracing`, bounded.
+//!
+//! Read in fixed chunks and split on newlines; each line is cut at `max_line` bytes and its
+//! control characters replaced, so a worker cannot forge log lines or terminal escapes; lines
+//! beyond `max_lines_per_second` are dropped and counted. The pipe is always drained, so a
+//! flooding worker never stalls and never grows the host's memory.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::config::StderrPolicy;
+
+const CHUNK: usize = 8192;
+
+/// Relays `stderr` until it ends. `dropped` counts lines not relayed (over rate or length).
+pub(crate) async fn relay<R: AsyncRead + Unpin>(
+    mut stderr: R,
+    label: String,
+    policy: StderrPolicy,
+    dropped: Arc<AtomicU64>,
+) {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut line: Vec<u8> = Vec::with_capacity(policy.max_line.min(CHUNK));
+    let mut truncated = false;
+    let mut window_start = Instant::now();
+    let mut in_window = 0u32;
+    loop {
+        let read = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &byte in chunk.iter().take(read) {
+            if byte != b'\n' {
+                if line.len() < policy.max_line {
+                    line.push(byte);
+                } else {
+                    truncated = true;
+                }
+                continue;
+            }
+            if window_start.elapsed() >= Duration::from_secs(1) {
+                window_start = Instant::now();
+                in_window = 0;
+            }
+            if in_window < policy.max_lines_per_second {
+                in_window += 1;
+                emit(&label, &line, truncated);
+            } else {
+                dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            line.clear();
+            truncated = false;
+        }
+    }
+    if !line.is_empty() {
+        emit(&label, &line, truncated);
+    }
+}
+
+fn emit(label: &str, line: &[u8], truncated: bool) {
+    let text: String = String::from_utf8_lossy(line)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let marker = if truncated { " [truncated]" } else { "" };
+    tracing::info!(target: "airlock::worker_stderr", worker = label, "{text}{marker}");
+}

@@ -1,0 +1,538 @@
+//! The supervisor: one task per host that owns the current worker's session, moves bytes and
+//! time into it, delivers outcomes, and replaces the worker when it is lost.
+//!
+//! ```text
+//!   launch ──▶ drive (handshake, calls) ──▶ worker lost ──▶ backoff ──▶ launch ...
+//!                   │                                        │
+//!                   └── shutdown requested / host dropped ───┴──▶ end (every call answered)
+//! ```
+//!
+//! Everything about one worker lives in one `drive` call; when it returns, the worker has been
+//! SIGKILLed and reaped and every call that was on it has its outcome.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_protocol::transport::{FrameReceiver, FrameSender};
+use airlock_protocol::{
+    AbortReason, BeginCallError, CallId, CloseReason, Event, HostSession, Outcome, Transmit,
+    TransportError, WorkerInfo,
+};
+use bytes::Bytes;
+use rand_core::{OsRng, UnwrapErr};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::Settings;
+use crate::launch::{Launched, Launcher, WorkerProcess};
+use crate::stats::Counters;
+use crate::{CallError, ExitInfo, LostReason, SpawnError};
+
+/// Frames read ahead of the session per worker.
+const READ_AHEAD: usize = 64;
+/// Batches queued for the writer task. A worker that stops reading fills this (and its pipe)
+/// and is then treated as dead, without the supervisor ever blocking on a write.
+const WRITE_QUEUE: usize = 1024;
+/// How long frames already written by an exited worker may take to arrive.
+const EXIT_DRAIN: Duration = Duration::from_millis(100);
+/// Longest wait to reap a SIGKILLed worker.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A call handed to the supervisor.
+pub(crate) struct CallRequest {
+    /// Local handle for cancellation; never sent anywhere.
+    pub(crate) key: u64,
+    pub(crate) method: &'static str,
+    pub(crate) body: Bytes,
+    pub(crate) deadline: Instant,
+    pub(crate) reply: oneshot::Sender<CallReply>,
+}
+
+/// What the supervisor answers a call with. Decoding the body is the caller's job.
+pub(crate) enum CallReply {
+    /// The worker's encoded response, and which worker generation sent it.
+    Returned { body: Bytes, generation: u64 },
+    /// Any failure.
+    Failed(CallError),
+}
+
+pub(crate) enum Command {
+    Call(CallRequest),
+    /// The caller dropped its call.
+    Cancel(u64),
+    /// A response from this generation did not decode: the worker lied.
+    Abort {
+        generation: u64,
+    },
+    /// Shut down gracefully; answered when done.
+    Shutdown(oneshot::Sender<()>),
+}
+
+pub(crate) struct Supervisor {
+    settings: Arc<Settings>,
+    launcher: Launcher,
+    commands: mpsc::UnboundedReceiver<Command>,
+    counters: Arc<Counters>,
+    alive: Arc<AtomicBool>,
+    rng: UnwrapErr<OsRng>,
+    /// Calls accepted but not yet on a worker (handshake or restart in progress).
+    waiting: VecDeque<CallRequest>,
+    generation: u64,
+    restart_times: VecDeque<Instant>,
+    shutdown: Option<Vec<oneshot::Sender<()>>>,
+}
+
+/// How one worker's life ended.
+struct WorkerEnd {
+    reason: LostReason,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        settings: Arc<Settings>,
+        launcher: Launcher,
+        commands: mpsc::UnboundedReceiver<Command>,
+        counters: Arc<Counters>,
+        alive: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            settings,
+            launcher,
+            commands,
+            counters,
+            alive,
+            rng: UnwrapErr(OsRng),
+            waiting: VecDeque::new(),
+            generation: 0,
+            restart_times: VecDeque::new(),
+            shutdown: None,
+        }
+    }
+
+    /// Runs until shutdown. `ready` learns whether the first worker completed its handshake.
+    pub(crate) async fn run(mut self, ready: oneshot::Sender<Result<WorkerInfo, SpawnError>>) {
+        let mut ready = Some(ready);
+        let mut backoff = self.settings.restart.initial_backoff;
+        loop {
+            self.generation += 1;
+            let end = match self
+                .launcher
+                .launch(&self.settings, &self.counters.stderr_dropped)
+            {
+                Ok(launched) => self.drive(launched, &mut ready).await,
+                Err(err) => {
+                    tracing::warn!(target: "airlock::host", worker = %self.settings.label, "launch failed: {err}");
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(err));
+                        return self.finish();
+                    }
+                    WorkerEnd {
+                        reason: LostReason::TransportFailed,
+                    }
+                }
+            };
+            if let Some(ready) = ready.take() {
+                // The first worker never became ready: the spawn fails, nothing restarts.
+                let _ = ready.send(Err(SpawnError::Handshake(end.reason)));
+                return self.finish();
+            }
+            if self.shutdown.is_some() {
+                return self.finish();
+            }
+            tracing::warn!(target: "airlock::host", worker = %self.settings.label, reason = %end.reason, "worker lost");
+            if !self.restart_allowed() {
+                tracing::error!(target: "airlock::host", worker = %self.settings.label, "restart budget exhausted; calls now fail fast");
+                return self.exhausted().await;
+            }
+            if !self.pause(backoff).await {
+                return self.finish();
+            }
+            backoff = (backoff * 2).min(self.settings.restart.max_backoff);
+            self.counters.restarts.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn restart_allowed(&mut self) -> bool {
+        let policy = self.settings.restart;
+        let now = Instant::now();
+        while self
+            .restart_times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > policy.window)
+        {
+            self.restart_times.pop_front();
+        }
+        if self.restart_times.len() >= policy.max_restarts as usize {
+            return false;
+        }
+        self.restart_times.push_back(now);
+        true
+    }
+
+    /// Waits out a backoff while still taking commands. False if the host is shutting down.
+    async fn pause(&mut self, backoff: Duration) -> bool {
+        let until = tokio::time::Instant::now() + backoff;
+        loop {
+            self.expire_waiting(Instant::now());
+            let next_expiry = self.next_waiting_deadline();
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return true,
+                _ = sleep_until_opt(next_expiry) => {}
+                command = self.commands.recv() => match command {
+                    None => return false,
+                    Some(Command::Shutdown(done)) => {
+                        self.shutdown.get_or_insert_with(Vec::new).push(done);
+                        return false;
+                    }
+                    Some(Command::Call(call)) => self.queue(call),
+                    Some(Command::Cancel(key)) => self.cancel_waiting(key),
+                    Some(Command::Abort { .. }) => {}
+                },
+            }
+        }
+    }
+
+    /// The restart budget is spent: answer every call at once until the host goes away.
+    async fn exhausted(mut self) {
+        self.alive.store(false, Ordering::Relaxed);
+        for call in self.waiting.drain(..) {
+            fail(
+                call.reply,
+                CallError::WorkerLost(LostReason::RestartBudgetExhausted),
+            );
+        }
+        while let Some(command) = self.commands.recv().await {
+            match command {
+                Command::Call(call) => fail(
+                    call.reply,
+                    CallError::WorkerLost(LostReason::RestartBudgetExhausted),
+                ),
+                Command::Shutdown(done) => {
+                    let _ = done.send(());
+                    break;
+                }
+                Command::Cancel(_) | Command::Abort { .. } => {}
+            }
+        }
+        self.finish();
+    }
+
+    /// Ends the host: every call still waiting fails with `Shutdown`, shutdown waiters learn
+    /// it is done, and later calls find the channel closed.
+    fn finish(mut self) {
+        self.alive.store(false, Ordering::Relaxed);
+        self.commands.close();
+        for call in self.waiting.drain(..) {
+            fail(call.reply, CallError::Shutdown);
+        }
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Call(call) => fail(call.reply, CallError::Shutdown),
+                Command::Shutdown(done) => {
+                    let _ = done.send(());
+                }
+                Command::Cancel(_) | Command::Abort { .. } => {}
+            }
+        }
+        for done in self.shutdown.take().into_iter().flatten() {
+            let _ = done.send(());
+        }
+    }
+
+    fn queue(&mut self, call: CallRequest) {
+        if self.waiting.len() >= self.settings.protocol.in_flight_limit() as usize {
+            fail(call.reply, CallError::Overloaded);
+        } else {
+            self.waiting.push_back(call);
+        }
+    }
+
+    fn cancel_waiting(&mut self, key: u64) {
+        self.waiting.retain(|call| call.key != key);
+    }
+
+    fn next_waiting_deadline(&self) -> Option<Instant> {
+        self.waiting.iter().map(|c| c.deadline).min()
+    }
+
+    /// Calls that waited past their deadline for a worker time out without being sent.
+    fn expire_waiting(&mut self, now: Instant) {
+        let (expired, kept): (VecDeque<_>, VecDeque<_>) =
+            self.waiting.drain(..).partition(|c| c.deadline <= now);
+        self.waiting = kept;
+        for call in expired {
+            fail(call.reply, CallError::Timeout);
+        }
+    }
+
+    /// One worker's whole life: handshake, calls, and its end. Returns once the worker is
+    /// killed and reaped and every call that was on it has an outcome.
+    async fn drive(
+        &mut self,
+        launched: Launched,
+        ready: &mut Option<oneshot::Sender<Result<WorkerInfo, SpawnError>>>,
+    ) -> WorkerEnd {
+        let Launched {
+            mut process,
+            sender,
+            receiver,
+            stderr,
+        } = launched;
+        let mut session = HostSession::new(self.settings.protocol.clone(), Instant::now());
+        let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
+        let reader = tokio::spawn(read_frames(receiver, frames_tx));
+        let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);
+        let mut writer = tokio::spawn(write_frames(sender, batches_rx));
+        let mut writer_done = false;
+
+        let mut link = Link {
+            responders: HashMap::new(),
+            keys: HashMap::new(),
+            lost: Vec::new(),
+            generation: self.generation,
+        };
+        let mut exited: Option<(ExitInfo, Instant)> = None;
+        let mut grace_until: Option<Instant> = None;
+        let mut handles_gone = false;
+
+        let close_reason = loop {
+            // 1. Outcomes and frames the session produced.
+            let mut closed = None;
+            while let Some(event) = session.poll_event() {
+                match event {
+                    Event::Ready(info) => {
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(Ok(info));
+                        }
+                        while let Some(call) = self.waiting.pop_front() {
+                            link.begin(&mut session, call, &mut self.rng);
+                        }
+                    }
+                    Event::Completed { id, outcome } => link.complete(id, outcome),
+                    Event::Closed(reason) => closed = Some(reason),
+                    _ => {}
+                }
+            }
+            if let Some(reason) = closed {
+                break reason;
+            }
+            let batch: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+            if !batch.is_empty() && batches_tx.try_send(batch).is_err() {
+                session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                continue;
+            }
+
+            // 2. Wait for the next input: a command, a frame, time, the process, the writer.
+            let now = Instant::now();
+            self.expire_waiting(now);
+            let timer = [
+                session.poll_timeout(),
+                self.next_waiting_deadline(),
+                grace_until,
+                exited.map(|(_, at)| at + EXIT_DRAIN),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            tokio::select! {
+                command = self.commands.recv(), if !handles_gone => match command {
+                    Some(Command::Call(call)) => {
+                        if session.is_ready() {
+                            link.begin(&mut session, call, &mut self.rng);
+                        } else {
+                            self.queue(call);
+                        }
+                    }
+                    Some(Command::Cancel(key)) => match link.keys.remove(&key) {
+                        Some(id) => {
+                            session.cancel(id);
+                        }
+                        None => self.cancel_waiting(key),
+                    },
+                    Some(Command::Abort { generation }) => {
+                        if generation == self.generation {
+                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                        }
+                    }
+                    Some(Command::Shutdown(done)) => {
+                        self.shutdown.get_or_insert_with(Vec::new).push(done);
+                        session.shutdown();
+                        grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
+                    }
+                    None => {
+                        // Every handle is gone: shut down as if asked.
+                        handles_gone = true;
+                        self.shutdown.get_or_insert_with(Vec::new);
+                        session.shutdown();
+                        grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
+                    }
+                },
+                frame = frames_rx.recv() => match frame {
+                    Some(Ok(Some(payload))) => session.handle_frame(payload),
+                    Some(Ok(None)) | None => session.handle_eof(),
+                    Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
+                    Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
+                },
+                result = &mut writer, if !writer_done => {
+                    writer_done = true;
+                    if !matches!(result, Ok(Ok(()))) {
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                    }
+                },
+                info = process.wait(), if exited.is_none() => {
+                    exited = Some((info, Instant::now()));
+                }
+                _ = sleep_until_opt(timer) => {
+                    let now = Instant::now();
+                    session.handle_timeout(now);
+                    if grace_until.is_some_and(|t| now >= t) {
+                        session.abort(CloseReason::Aborted(AbortReason::HostShutdown));
+                    } else if exited.is_some_and(|(_, at)| now >= at + EXIT_DRAIN) {
+                        session.abort(CloseReason::Aborted(AbortReason::ProcessExited));
+                    }
+                }
+            }
+        };
+
+        // 3. The worker is over: kill and reap it, stop its tasks, then answer its lost calls.
+        let exit = match exited {
+            Some((info, _)) => Some(info),
+            None => process.kill_and_reap(REAP_TIMEOUT).await,
+        };
+        reader.abort();
+        writer.abort();
+        if let Some(stderr) = stderr {
+            // Give the relay a moment to log the worker's last words, then stop it.
+            let _ = tokio::time::timeout(Duration::from_millis(50), stderr).await;
+        }
+        if let WorkerProcess::Task { .. } = process {
+            let _ = process.kill_and_reap(REAP_TIMEOUT).await;
+        }
+        let reason = lost_reason(&close_reason, exit);
+        if let Some(code) = reason.violation_code() {
+            self.counters.violation(code);
+            tracing::warn!(target: "airlock::host", worker = %self.settings.label, "protocol violation: {reason}");
+        }
+        link.fail_all(&reason);
+        WorkerEnd { reason }
+    }
+}
+
+/// The calls on the current worker and their repliers.
+struct Link {
+    responders: HashMap<CallId, (u64, oneshot::Sender<CallReply>)>,
+    keys: HashMap<u64, CallId>,
+    /// Calls lost when the session closed, answered once the worker is reaped.
+    lost: Vec<oneshot::Sender<CallReply>>,
+    generation: u64,
+}
+
+impl Link {
+    fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut UnwrapErr<OsRng>) {
+        match session.begin_call(call.method, call.body, call.deadline, rng) {
+            Ok(id) => {
+                self.keys.insert(call.key, id);
+                self.responders.insert(id, (call.key, call.reply));
+            }
+            Err(err) => fail(
+                call.reply,
+                match err {
+                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
+                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
+                    BeginCallError::InvalidMethodName => {
+                        CallError::Remote(airlock_protocol::RemoteError::new(
+                            airlock_protocol::ErrorKind::UnknownMethod,
+                            "invalid method name",
+                        ))
+                    }
+                    _ => CallError::Shutdown,
+                },
+            ),
+        }
+    }
+
+    fn complete(&mut self, id: CallId, outcome: Outcome) {
+        let Some((key, reply)) = self.responders.remove(&id) else {
+            return;
+        };
+        self.keys.remove(&key);
+        let answer = match outcome {
+            Outcome::Returned(body) => CallReply::Returned {
+                body,
+                generation: self.generation,
+            },
+            Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
+            Outcome::TimedOut => CallReply::Failed(CallError::Timeout),
+            Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
+            Outcome::Lost(_) => {
+                self.lost.push(reply);
+                return;
+            }
+            _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
+        };
+        let _ = reply.send(answer);
+    }
+
+    fn fail_all(&mut self, reason: &LostReason) {
+        let remaining = self.responders.drain().map(|(_, (_, reply))| reply);
+        for reply in self.lost.drain(..).chain(remaining) {
+            let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
+        }
+        self.keys.clear();
+    }
+}
+
+fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
+    let _ = reply.send(CallReply::Failed(err));
+}
+
+fn lost_reason(reason: &CloseReason, exit: Option<ExitInfo>) -> LostReason {
+    let exited = || LostReason::Exited(exit.unwrap_or_default());
+    match reason {
+        CloseReason::Violation(v) => LostReason::Violation(v.clone()),
+        CloseReason::Refused(r) => LostReason::Refused(*r),
+        CloseReason::HandshakeTimeout => LostReason::HandshakeTimeout,
+        CloseReason::CallTimeout => LostReason::OtherCallTimedOut,
+        CloseReason::WorkerClosed => exited(),
+        CloseReason::Shutdown => LostReason::Shutdown,
+        CloseReason::Aborted(AbortReason::UndecodableResponse) => LostReason::UndecodableResponse,
+        CloseReason::Aborted(AbortReason::ProcessExited) => exited(),
+        CloseReason::Aborted(AbortReason::HostShutdown) => LostReason::Shutdown,
+        CloseReason::Aborted(_) => LostReason::TransportFailed,
+        _ => LostReason::TransportFailed,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+type Incoming = Result<Option<Bytes>, TransportError>;
+
+async fn read_frames(mut receiver: Box<dyn FrameReceiver>, frames: mpsc::Sender<Incoming>) {
+    loop {
+        let item = receiver.recv().await;
+        let last = !matches!(item, Ok(Some(_)));
+        if frames.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+async fn write_frames(
+    mut sender: Box<dyn FrameSender>,
+    mut batches: mpsc::Receiver<Vec<Transmit>>,
+) -> Result<(), TransportError> {
+    while let Some(mut batch) = batches.recv().await {
+        // Coalesce whatever else is queued into one vectored write.
+        while let Ok(more) = batches.try_recv() {
+            batch.extend(more);
+        }
+        sender.send(&batch).await?;
+    }
+    Ok(())
+}
