@@ -1,11 +1,12 @@
-//! The committed seed corpus is what `airlock_fuzz::seeds` generates, and each seed decodes or
-//! is refused as its name says. `AIRLOCK_WRITE_SEEDS=1` rewrites the files instead of checking.
+//! The committed seed corpus is what `airlock_fuzz::seeds` and `airlock_fuzz::frame_stream`
+//! generate, and each seed decodes, is refused, or (for `frame_stream`) ends its session as its
+//! name says. `AIRLOCK_WRITE_SEEDS=1` rewrites the files instead of checking.
 
 use std::path::{Path, PathBuf};
 
 use airlock_codec::{from_slice, DecodeError, Value};
 use airlock_fuzz::seeds::{self, Seed};
-use airlock_fuzz::{check_typed, check_value, limits, Message};
+use airlock_fuzz::{check_typed, check_value, frame_stream, limits, Message};
 
 fn corpus(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -14,6 +15,11 @@ fn corpus(target: &str) -> PathBuf {
 }
 
 fn sync(target: &str, seeds: &[Seed]) {
+    let files: Vec<(&str, &[u8])> = seeds.iter().map(|s| (s.name, &s.bytes[..])).collect();
+    sync_files(target, &files);
+}
+
+fn sync_files(target: &str, seeds: &[(&str, &[u8])]) {
     let dir = corpus(target);
     let write = std::env::var_os("AIRLOCK_WRITE_SEEDS").is_some();
     if write {
@@ -30,10 +36,10 @@ fn sync(target: &str, seeds: &[Seed]) {
             }
         }
     }
-    for seed in seeds {
-        let path = dir.join(format!("seed-{}", seed.name));
+    for &(name, bytes) in seeds {
+        let path = dir.join(format!("seed-{name}"));
         if write {
-            std::fs::write(&path, &seed.bytes).unwrap();
+            std::fs::write(&path, bytes).unwrap();
         } else {
             let committed = std::fs::read(&path).unwrap_or_else(|e| {
                 panic!(
@@ -43,7 +49,7 @@ fn sync(target: &str, seeds: &[Seed]) {
             });
             assert_eq!(
                 committed,
-                seed.bytes,
+                bytes,
                 "{} is stale; regenerate with AIRLOCK_WRITE_SEEDS=1",
                 path.display()
             );
@@ -85,4 +91,18 @@ fn value_seeds_decode_as_named_and_are_committed() {
         check_value(&seed.bytes);
     }
     sync("codec_value", &seeds);
+}
+
+#[test]
+fn frame_stream_seeds_do_as_named_and_are_committed() {
+    let seeds = frame_stream::seeds();
+    for (name, bytes, expected) in &seeds {
+        let report = frame_stream::check_frame_stream(bytes);
+        assert!(
+            expected(&report),
+            "seed {name} did not do as named: {report:?}"
+        );
+    }
+    let files: Vec<(&str, &[u8])> = seeds.iter().map(|(n, b, _)| (*n, &b[..])).collect();
+    sync_files("frame_stream", &files);
 }

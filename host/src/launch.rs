@@ -9,6 +9,7 @@ use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_transport_pipe::StreamTransport;
 use airlock_worker::Worker;
 use tokio::process::Child;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
@@ -34,7 +35,22 @@ pub(crate) struct Launched {
     pub(crate) process: WorkerProcess,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
-    pub(crate) stderr: Option<JoinHandle<()>>,
+    pub(crate) stderr: Option<StderrRelay>,
+}
+
+/// The task relaying a worker's stderr, and the switch that tells it the worker is gone.
+pub(crate) struct StderrRelay {
+    pub(crate) task: JoinHandle<()>,
+    pub(crate) stop: Option<oneshot::Sender<()>>,
+}
+
+impl StderrRelay {
+    /// Tells the relay the worker is gone: it logs what is buffered and ends.
+    pub(crate) fn worker_gone(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 /// What runs the worker's code. One per worker, so the variants' size difference is moot.
@@ -68,12 +84,18 @@ impl Launcher {
             Launcher::Process => {
                 let spawned = crate::spawn::spawn(settings)?;
                 let stderr = spawned.stderr.map(|stderr| {
-                    tokio::spawn(crate::stderr::relay(
+                    let (stop, stopped) = oneshot::channel();
+                    let task = tokio::spawn(crate::stderr::relay(
                         stderr,
                         format!("{}[{}]", settings.label, spawned.pid),
                         settings.stderr,
                         Arc::clone(stderr_dropped),
-                    ))
+                        stopped,
+                    ));
+                    StderrRelay {
+                        task,
+                        stop: Some(stop),
+                    }
                 });
                 Ok(Launched {
                     process: WorkerProcess::Child {

@@ -4,12 +4,17 @@
 //! control characters replaced, so a worker cannot forge log lines or terminal escapes; lines
 //! beyond `max_lines_per_second` are dropped and counted. The pipe is always drained, so a
 //! flooding worker never stalls and never grows the host's memory.
+//!
+//! When the worker is gone the relay is told to stop: it logs what is already in the pipe and
+//! ends, without waiting for more. A grandchild that escaped the worker's process group may
+//! still hold the pipe; it must not keep a host task and descriptor, or the host's log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::oneshot;
 
 use crate::config::StderrPolicy;
 
@@ -21,14 +26,32 @@ pub(crate) async fn relay<R: AsyncRead + Unpin>(
     label: String,
     policy: StderrPolicy,
     dropped: Arc<AtomicU64>,
+    mut stop: oneshot::Receiver<()>,
 ) {
+    let mut stopping = false;
     let mut chunk = vec![0u8; CHUNK];
     let mut line: Vec<u8> = Vec::with_capacity(policy.max_line.min(CHUNK));
     let mut truncated = false;
     let mut window_start = Instant::now();
     let mut in_window = 0u32;
     loop {
-        let read = match stderr.read(&mut chunk).await {
+        let read = if stopping {
+            // Take only what is already buffered: a read that would wait ends the relay.
+            tokio::select! {
+                biased;
+                read = stderr.read(&mut chunk) => read,
+                () = std::future::ready(()) => break,
+            }
+        } else {
+            tokio::select! {
+                read = stderr.read(&mut chunk) => read,
+                _ = &mut stop => {
+                    stopping = true;
+                    continue;
+                }
+            }
+        };
+        let read = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };

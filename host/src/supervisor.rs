@@ -29,8 +29,13 @@ use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
 use crate::{CallError, ExitInfo, LostReason, SpawnError};
 
-/// Frames read ahead of the session per worker.
-const READ_AHEAD: usize = 64;
+/// Frames read ahead of the session per worker. With the decoder's own buffer, a worker can make
+/// the host hold at most `READ_AHEAD + 1` frames (each at most `max_frame`) at once.
+const READ_AHEAD: usize = 8;
+/// How long a closing session's last frames (a `Refuse`) may take to be written.
+const LAST_WORDS: Duration = Duration::from_millis(100);
+/// How long the stderr relay may take to log a dead worker's last lines.
+const STDERR_DRAIN: Duration = Duration::from_millis(50);
 /// Batches queued for the writer task. A worker that stops reading fills this (and its pipe)
 /// and is then treated as dead, without the supervisor ever blocking on a write.
 const WRITE_QUEUE: usize = 1024;
@@ -277,7 +282,7 @@ impl Supervisor {
             mut process,
             sender,
             receiver,
-            stderr,
+            mut stderr,
         } = launched;
         let mut session = HostSession::new(self.settings.protocol.clone(), Instant::now());
         let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
@@ -290,6 +295,7 @@ impl Supervisor {
             responders: HashMap::new(),
             keys: HashMap::new(),
             lost: Vec::new(),
+            timed_out: Vec::new(),
             generation: self.generation,
         };
         let mut exited: Option<(ExitInfo, Instant)> = None;
@@ -382,6 +388,9 @@ impl Supervisor {
                 },
                 info = process.wait(), if exited.is_none() => {
                     exited = Some((info, Instant::now()));
+                    if let Some(relay) = &mut stderr {
+                        relay.worker_gone();
+                    }
                 }
                 _ = sleep_until_opt(timer) => {
                     let now = Instant::now();
@@ -395,16 +404,38 @@ impl Supervisor {
             }
         };
 
-        // 3. The worker is over: kill and reap it, stop its tasks, then answer its lost calls.
+        // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
+        // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
+        // and answer its lost calls.
+        let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+        if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
+            drop(batches_tx);
+            if !writer_done {
+                let _ = tokio::time::timeout(LAST_WORDS, &mut writer).await;
+            }
+            // An honest worker exits when refused; give it the moment to read why.
+            if exited.is_none() {
+                if let Ok(info) = tokio::time::timeout(LAST_WORDS, process.wait()).await {
+                    exited = Some((info, Instant::now()));
+                }
+            }
+        }
         let exit = match exited {
             Some((info, _)) => Some(info),
             None => process.kill_and_reap(REAP_TIMEOUT).await,
         };
         reader.abort();
         writer.abort();
-        if let Some(stderr) = stderr {
-            // Give the relay a moment to log the worker's last words, then stop it.
-            let _ = tokio::time::timeout(Duration::from_millis(50), stderr).await;
+        if let Some(mut relay) = stderr {
+            // The worker is reaped: the relay logs what is buffered and ends. A grandchild
+            // that escaped the process group may still hold the pipe; it gets nothing more.
+            relay.worker_gone();
+            if tokio::time::timeout(STDERR_DRAIN, &mut relay.task)
+                .await
+                .is_err()
+            {
+                relay.task.abort();
+            }
         }
         if let WorkerProcess::Task { .. } = process {
             let _ = process.kill_and_reap(REAP_TIMEOUT).await;
@@ -425,6 +456,9 @@ struct Link {
     keys: HashMap<u64, CallId>,
     /// Calls lost when the session closed, answered once the worker is reaped.
     lost: Vec<oneshot::Sender<CallReply>>,
+    /// Calls that timed out: answered once the worker is reaped, so a caller that sees
+    /// `Timeout` knows the worker that missed the deadline is already dead.
+    timed_out: Vec<oneshot::Sender<CallReply>>,
     generation: u64,
 }
 
@@ -463,7 +497,10 @@ impl Link {
                 generation: self.generation,
             },
             Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
-            Outcome::TimedOut => CallReply::Failed(CallError::Timeout),
+            Outcome::TimedOut => {
+                self.timed_out.push(reply);
+                return;
+            }
             Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
             Outcome::Lost(_) => {
                 self.lost.push(reply);
@@ -475,6 +512,9 @@ impl Link {
     }
 
     fn fail_all(&mut self, reason: &LostReason) {
+        for reply in self.timed_out.drain(..) {
+            let _ = reply.send(CallReply::Failed(CallError::Timeout));
+        }
         let remaining = self.responders.drain().map(|(_, (_, reply))| reply);
         for reply in self.lost.drain(..).chain(remaining) {
             let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));

@@ -73,7 +73,9 @@ pub enum ViolationCode {
     ProgressOverQuota = 12,
     /// An error descriptor with an unknown kind, an over-long message or a control character.
     InvalidErrorDescriptor = 13,
-    /// A `Hello` that breaks a rule: too many or duplicate methods, a malformed token.
+    /// A `Hello` that breaks a rule: duplicate methods, a malformed token. (More than
+    /// [`MAX_HELLO_METHODS`](crate::frame::MAX_HELLO_METHODS) methods is already refused by the
+    /// frame decoder's item budget, as [`MalformedFrame`](Self::MalformedFrame).)
     InvalidHello = 14,
     /// A `Call` reusing the id of a call still running (worker side).
     DuplicateCallId = 15,

@@ -607,3 +607,25 @@ fn returned_body_shares_the_frame_buffer() {
     };
     assert!(range.contains(&body.as_ptr()), "the body was copied");
 }
+
+#[test]
+fn future_hello_layout_of_another_version_is_refused_cleanly() {
+    // A v2 Hello with a field v1 does not know: it would not decode as a v1 Hello at all.
+    let mut payload = vec![0u8];
+    payload.push((PROTOCOL_VERSION + 1) as u8);
+    payload.extend_from_slice(&[0xff; 40]);
+    assert!(
+        decode_frame(&payload).is_err(),
+        "the attack is live: v1 cannot decode it"
+    );
+    let mut wire = (payload.len() as u32).to_le_bytes().to_vec();
+    wire.extend_from_slice(&payload);
+    let mut pair = Pair::new(HostConfig::default(), &[]);
+    pair.inject(&wire);
+    assert_eq!(
+        pair.close_reason(),
+        Some(CloseReason::Refused(RefuseReason::VersionMismatch))
+    );
+    let sent = host_frames(&mut pair);
+    assert!(matches!(decode_frame(&sent[0][4..]), Ok(Frame::Refuse(_))));
+}

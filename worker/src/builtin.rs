@@ -52,8 +52,8 @@ method!(
     /// The worker's process id.
     Pid, "pid", () => u32);
 method!(
-    /// The file descriptors open in the worker, from `/proc/self/fd`.
-    OpenFds, "open_fds", () => Vec<u32>);
+    /// The file descriptors open in the worker, from `/proc/self/fd`, with what each points at.
+    OpenFds, "open_fds", () => Vec<(u32, String)>);
 method!(
     /// The worker's environment.
     Env, "env", () => Vec<(String, String)>);
@@ -100,7 +100,12 @@ pub fn builtin_worker() -> Worker {
         .method::<OpenFds, _, _>(|()| async move {
             let fds = std::fs::read_dir("/proc/self/fd")
                 .map_err(|e| HandlerError::new(e.to_string()))?
-                .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                .filter_map(|entry| {
+                    let entry = entry.ok()?;
+                    let fd = entry.file_name().to_str()?.parse().ok()?;
+                    let target = std::fs::read_link(entry.path()).ok()?;
+                    Some((fd, target.display().to_string()))
+                })
                 .collect();
             Ok(fds)
         })

@@ -60,13 +60,14 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut calls = Calls::new(spec.methods, spec.max_concurrency);
     let mut limits = Limits::default();
     let outcome = loop {
-        // Write whatever the session produced, in one batch.
+        // Apply what the session decided (which may queue replies), then write everything
+        // it produced in one batch, before waiting for more input.
+        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits) {
+            break end;
+        }
         let batch: Vec<_> = std::iter::from_fn(|| session.poll_transmit()).collect();
         if !batch.is_empty() && batches_tx.send(batch).await.is_err() {
             break Err(ServeError::Connection(TransportError::Closed));
-        }
-        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits) {
-            break end;
         }
         if session.is_drained() {
             break Ok(());

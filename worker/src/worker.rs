@@ -146,6 +146,7 @@ impl Worker {
         crate::env_transport::serve_from_env(self).await
     }
 
+    #[cfg(any(feature = "pipe", feature = "socket"))]
     pub(crate) async fn serve_with_token<T: Transport>(
         self,
         transport: T,

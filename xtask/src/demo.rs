@@ -1,14 +1,18 @@
-//! `cargo xtask demo`: what a hostile worker's reply turns into on the host — today, the codec
-//! alone (no worker process exists yet).
+//! `cargo xtask demo`: the README's first command.
 //!
-//! It decodes a few honest replies, then feeds the decoder the classic hostile ones and prints
-//! the typed error each becomes. It fails if any hostile input is accepted, or is refused for
-//! a reason other than the one it demonstrates. The host/worker demo will replace it.
+//! Part one builds the bundled `airlock-worker` and the tests' `rogue-worker`, then runs the
+//! host demo (`host/examples/demo.rs`): typed calls to a real spawned worker, a panic as data,
+//! a hung worker killed and replaced at its deadline, and hostile workers refused with their
+//! violation codes.
+//!
+//! Part two shows the codec alone: a few honest replies decode, the classic hostile ones
+//! become typed errors. It fails if any hostile input is accepted, or is refused for a reason
+//! other than the one it demonstrates.
 
 use airlock_codec::{from_slice, to_vec, DecodeError, Key, Limits, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::run::{Error, Result};
+use crate::run::{self, cargo, Error, Result};
 
 /// A reply a host might expect from a worker.
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -43,6 +47,46 @@ pub fn main(args: &[String]) -> Result {
     if let Some(arg) = args.first() {
         return Err(Error::usage(format!("demo: unknown argument `{arg}`")));
     }
+    host_demo()?;
+    println!();
+    codec_demo()
+}
+
+/// Builds the two worker binaries and runs the host demo against them.
+fn host_demo() -> Result {
+    run::run(&mut cargo([
+        "build",
+        "--locked",
+        "-p",
+        "airlock-worker",
+        "--bin",
+        "airlock-worker",
+        "-p",
+        "airlock-tests",
+        "--bin",
+        "rogue-worker",
+    ]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| run::root().join("target"));
+    let bin_dir = target.join("debug");
+    let worker = bin_dir.join("airlock-worker");
+    let rogue = bin_dir.join("rogue-worker");
+    let mut demo = cargo([
+        "run",
+        "--quiet",
+        "--locked",
+        "-p",
+        "airlock-host",
+        "--example",
+        "demo",
+        "--",
+    ]);
+    demo.arg(worker).arg(rogue);
+    run::run(&mut demo)
+}
+
+fn codec_demo() -> Result {
     let limits = Limits::default();
     println!("airlock codec demo: honest replies decode, hostile ones become typed errors.");
     println!(

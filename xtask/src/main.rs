@@ -20,7 +20,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  demo                     show the codec refusing hostile input
+  demo                     spawn the bundled worker, call it, watch hostile workers refused
   test [--stress]          workspace tests, then the no_std build check
                            (--stress also runs the #[ignore]d long tests)
   ci                       fmt, clippy, test, feature sets, docs: what CI runs

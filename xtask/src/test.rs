@@ -23,6 +23,9 @@ pub fn main(args: &[String]) -> Result {
 
 /// The test steps, shared with `ci`.
 pub fn run(options: Options) -> Result {
+    // The end-to-end suites spawn the workspace's binaries (the bundled worker, the rogue
+    // worker): build them all first, so no test runs a stale one.
+    run::run(&mut cargo(["build", "--workspace", "--bins", "--locked"]))?;
     let mut test = cargo(["test", "--workspace", "--locked"]);
     if options.stress {
         test.args(["--", "--include-ignored"]);

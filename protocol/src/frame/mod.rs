@@ -114,6 +114,27 @@ pub fn decode_frame(payload: &[u8]) -> Result<Frame<'_>, DecodeFrameError> {
     airlock_codec::from_slice(payload, &limits).map_err(DecodeFrameError)
 }
 
+/// The protocol version a `Hello` payload states, read from its first field alone, or `None`
+/// if the payload is not a `Hello` or its version varint is malformed.
+///
+/// The version is the one field every future `Hello` layout keeps in place (tag 0, then a
+/// varint `u32`), so a host can refuse a peer of another version cleanly even when the rest
+/// of its `Hello` would not decode with this version's layout.
+pub fn peek_hello_version(payload: &[u8]) -> Option<u32> {
+    let (&tag, rest) = payload.split_first()?;
+    if tag != 0 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for (i, &byte) in rest.iter().take(5).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return u32::try_from(value).ok();
+        }
+    }
+    None
+}
+
 /// Encodes `frame` with its length prefix, ready for the wire.
 ///
 /// The sessions build their frames themselves (without copying bodies); this is for peers

@@ -395,6 +395,14 @@ impl HostSession {
             };
             return self.violation(Violation::from_frame_error(err));
         }
+        if let State::AwaitingHello { .. } = self.state {
+            // Read the version before the rest: a peer of another version is refused cleanly
+            // even if its Hello has a layout this version cannot decode.
+            if frame::peek_hello_version(&payload).is_some_and(|v| v != PROTOCOL_VERSION) {
+                let reason = RefuseReason::VersionMismatch;
+                return self.close_with_refuse(CloseReason::Refused(reason), reason);
+            }
+        }
         let frame = match frame::decode_frame(&payload) {
             Ok(frame) => frame,
             Err(_) => {
@@ -424,6 +432,7 @@ impl HostSession {
             ));
         };
         if hello.protocol != PROTOCOL_VERSION {
+            // Unreachable after the peek in `handle_frame`, kept so this function stands alone.
             let reason = RefuseReason::VersionMismatch;
             self.close_with_refuse(CloseReason::Refused(reason), reason);
             return Ok(());

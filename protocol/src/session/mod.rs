@@ -3,7 +3,7 @@
 pub(crate) mod host;
 pub(crate) mod worker;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use crate::{CallId, RefuseReason, Violation};
 
@@ -79,7 +79,10 @@ pub const FINISHED_ID_MEMORY: usize = 4096;
 /// A bounded memory of recently finished ids.
 #[derive(Debug)]
 pub(crate) struct FinishedIds {
-    ids: VecDeque<CallId>,
+    /// Oldest first, to forget in order.
+    order: VecDeque<CallId>,
+    /// The same ids, for constant-time lookup (the worker asks on every `Call`).
+    ids: HashSet<CallId>,
     capacity: usize,
 }
 
@@ -92,19 +95,23 @@ impl Default for FinishedIds {
 impl FinishedIds {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
-            ids: VecDeque::new(),
+            order: VecDeque::new(),
+            ids: HashSet::new(),
             capacity: capacity.max(FINISHED_ID_MEMORY),
         }
     }
 
     pub(crate) fn remember(&mut self, id: CallId) {
-        if self.ids.len() >= self.capacity {
-            self.ids.pop_front();
+        if self.order.len() >= self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
         }
-        self.ids.push_back(id);
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+        }
     }
 
-    /// Linear, but only ever asked on the way to a violation.
     pub(crate) fn contains(&self, id: &CallId) -> bool {
         self.ids.contains(id)
     }

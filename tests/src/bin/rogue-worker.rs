@@ -1,0 +1,505 @@
+//! `rogue-worker SCENARIO`: a worker that speaks the airlock protocol correctly until its
+//! scenario tells it to misbehave. It is built from the protocol crate's own frame types where
+//! it can and writes raw bytes where it must (a forged length prefix, a frame cut in half).
+//!
+//! Honest behaviour: every method is the identity on its own type, so the honest answer to a
+//! `Call` is a `Return` carrying the request body unchanged; `pid` answers the process id and
+//! `sleep` sleeps for the requested milliseconds first. The scenario strikes at the first call
+//! (or where its name says otherwise), except `chaos`, where it strikes at a call of the
+//! `misbehave` method, whose request names the scenario.
+//!
+//! Environment (the host passes it explicitly; its environment is otherwise empty):
+//! - `ROGUE_ONCE=path`: misbehave only if `path` does not exist yet (creating it), so the
+//!   replacement worker a supervisor starts behaves.
+//! - `ROGUE_SPARE=path`: behave if `path` does not exist yet (creating it), before `ROGUE_ONCE`
+//!   is consulted: the first worker is honest, the first replacement strikes. Lets a test aim a
+//!   scenario at the supervisor's restart path.
+//! - `ROGUE_MARK=path`: evidence the scenario writes, always *before* the act it evidences
+//!   (after a hostile write the host may SIGKILL the rogue at any moment): "staged" before the
+//!   forged frame of `predictable_id`; the grandchild's pid (`fork_grandchild`, `setsid_grandchild`); the hex of the
+//!   frame about to be dribbled (`dribble`); `cancel <hex id>` once a `Cancel` it ignores has
+//!   arrived (`ignore_cancel`); "closing" before it drops fd 1 (`close_write_side`).
+//! - `ROGUE_LOG=path`: written only by a worker that strikes. One line per event: `> HEX` for
+//!   bytes written to the host, exactly as one `write` (a whole frame, a bare prefix, a single
+//!   dribbled byte), and `< HEX` for each frame payload received (no length prefix).
+//! - `ROGUE_PIDS=path`: every worker appends its pid and a newline as it starts, striking or not.
+//! - `ROGUE_PREDICTED=path` (`predictable_id`): the 16 bytes of the id it forges.
+//!
+//! Synchronous std I/O on purpose: the point is exact control over bytes and timing.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use airlock_protocol::frame::{encode_frame, Call, Fail, Frame, Hello, Progress, Return};
+use airlock_protocol::{decode_frame, CallId, FrameDecoder, PROTOCOL_VERSION};
+
+struct Rogue {
+    decoder: FrameDecoder,
+    input: std::io::Stdin,
+    output: std::io::Stdout,
+    log: Option<std::fs::File>,
+}
+
+/// One call as received.
+struct Received {
+    id: CallId,
+    method: String,
+    body: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+impl Rogue {
+    fn send_raw(&mut self, bytes: &[u8]) {
+        if let Some(log) = &mut self.log {
+            let _ = writeln!(log, "> {}", hex(bytes));
+        }
+        // A host that killed us is not an error worth reporting.
+        let _ = self.output.write_all(bytes);
+        let _ = self.output.flush();
+    }
+
+    fn send(&mut self, frame: &Frame<'_>) {
+        let bytes = encode_frame(frame);
+        self.send_raw(&bytes);
+    }
+
+    /// The next frame payload from the host; `None` at end of stream.
+    fn next_frame(&mut self) -> Option<Vec<u8>> {
+        loop {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if let Some(log) = &mut self.log {
+                        let _ = writeln!(log, "< {}", hex(&frame));
+                    }
+                    return Some(frame.to_vec());
+                }
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            let mut chunk = [0u8; 65536];
+            match self.input.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.decoder.extend(&chunk[..n]),
+            }
+        }
+    }
+
+    /// The next `Call` (skipping `Cancel`s); `None` at end of stream or `Shutdown`.
+    fn next_call(&mut self) -> Option<Received> {
+        loop {
+            let raw = self.next_frame()?;
+            match decode_frame(&raw) {
+                Ok(Frame::Call(Call { id, method, body })) => {
+                    return Some(Received {
+                        id,
+                        method: method.to_string(),
+                        body: body.to_vec(),
+                        raw: raw.clone(),
+                    })
+                }
+                Ok(Frame::Shutdown(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn hello(&mut self, protocol: u32) {
+        let hello = Hello {
+            protocol,
+            worker_name: "rogue-worker",
+            worker_version: "1.0.0",
+            methods: vec!["echo", "text", "tree", "shape", "pid", "sleep", "misbehave"],
+            token: None,
+        };
+        self.send(&Frame::Hello(hello));
+    }
+
+    /// Reads the `Welcome` (or anything) that answers the `Hello`.
+    fn await_welcome(&mut self) -> bool {
+        self.next_frame().is_some()
+    }
+
+    /// The honest answer to `call`.
+    fn answer(&mut self, call: &Received) {
+        let body = match call.method.as_str() {
+            "pid" => airlock_codec::to_vec(&std::process::id()).unwrap_or_default(),
+            "sleep" => {
+                let millis: u64 =
+                    airlock_codec::from_slice(&call.body, &Default::default()).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(millis));
+                call.body.clone()
+            }
+            "misbehave" => airlock_codec::to_vec(&()).unwrap_or_default(),
+            _ => call.body.clone(),
+        };
+        self.send(&Frame::Return(Return {
+            id: call.id,
+            method: &call.method,
+            body: &body,
+        }));
+    }
+
+    fn serve_honestly(&mut self) {
+        while let Some(call) = self.next_call() {
+            self.answer(&call);
+        }
+    }
+}
+
+fn varint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+    out
+}
+
+/// A payload framed with a length prefix, with no check that it is a valid frame.
+fn raw_frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A `Return` frame for `id`/`method` whose body is exactly `body`.
+fn return_frame(id: CallId, method: &str, body: &[u8]) -> Vec<u8> {
+    encode_frame(&Frame::Return(Return { id, method, body }))
+}
+
+fn mark_with(evidence: &[u8]) {
+    if let Some(path) = std::env::var_os("ROGUE_MARK") {
+        let _ = std::fs::write(path, evidence);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// The id a counter-based scheme would give the call after `id`.
+fn next_counter_id(id: CallId) -> CallId {
+    CallId::from_bytes(
+        u128::from_be_bytes(id.to_bytes())
+            .wrapping_add(1)
+            .to_be_bytes(),
+    )
+}
+
+fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
+    let (id, method) = (call.id, call.method.as_str());
+    match scenario {
+        // ----- codec -----
+        "return_len_bomb" => {
+            // The body of a byte-string response claims 2^60 bytes.
+            let body = varint(1 << 60);
+            rogue.send_raw(&return_frame(id, method, &body));
+        }
+        "header_len_bomb" => {
+            // The method name's length prefix claims 2^40 bytes inside a small frame.
+            let mut payload = vec![6u8];
+            payload.extend_from_slice(&id.to_bytes());
+            payload.extend(varint(1 << 40));
+            payload.extend_from_slice(b"echo");
+            rogue.send_raw(&raw_frame(&payload));
+        }
+        "deep_nesting" => {
+            // `Tree(Vec<Tree>)` nested 100,000 deep: one element per level.
+            let mut body = vec![1u8; 100_000];
+            body.push(0);
+            rogue.send_raw(&return_frame(id, method, &body));
+        }
+        "invalid_utf8" => rogue.send_raw(&return_frame(id, method, &[3, b'a', 0xff, b'b'])),
+        "bad_enum_tag" => rogue.send_raw(&return_frame(id, method, &[200, 1])),
+        "trailing_bytes" => {
+            let mut body = call.body.clone();
+            body.extend_from_slice(b"smuggled");
+            rogue.send_raw(&return_frame(id, method, &body));
+        }
+        "wrong_type_body" => {
+            // A valid `sum` response (an i64), sent as the answer to `echo`.
+            let body = airlock_codec::to_vec(&-7i64).unwrap_or_default();
+            rogue.send_raw(&return_frame(id, method, &body));
+        }
+        // ----- framing -----
+        "frame_over_cap" => rogue.send_raw(&u32::MAX.to_le_bytes()),
+        "stall_prefix" => {
+            // A prefix within the host's default cap (16 MiB + 4 KiB) that is never honoured.
+            rogue.send_raw(&(16u32 << 20).to_le_bytes());
+            rogue.send_raw(&[6; 10]);
+            sleep_forever();
+        }
+        "dribble" => {
+            // A valid, honest answer, one byte per 200 ms: only the deadline stops it.
+            let bytes = return_frame(id, method, &call.body);
+            mark_with(hex(&bytes).as_bytes());
+            for b in bytes {
+                rogue.send_raw(&[b]);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            sleep_forever();
+        }
+        "garbage_between_frames" => {
+            rogue.answer(call);
+            rogue.send_raw(&[3, 0, 0, 0, 0xde, 0xad, 0xbe]);
+            rogue.serve_honestly();
+        }
+        "eof_mid_frame" => {
+            let bytes = return_frame(id, method, &call.body);
+            rogue.send_raw(&bytes[..bytes.len() / 2]);
+            std::process::exit(0);
+        }
+        // ----- correlation -----
+        "random_id" => {
+            let forged = CallId::from_bytes(*b"not-a-real-id-!!");
+            rogue.send_raw(&return_frame(forged, method, &call.body));
+            rogue.serve_honestly();
+        }
+        "swapped_name" => {
+            let other = if method == "echo" { "text" } else { "echo" };
+            rogue.send_raw(&return_frame(id, other, &call.body));
+            rogue.serve_honestly();
+        }
+        "double_return" => {
+            rogue.answer(call);
+            rogue.answer(call);
+            rogue.serve_honestly();
+        }
+        "progress_after_return" => {
+            rogue.answer(call);
+            rogue.send(&Frame::Progress(Progress {
+                id,
+                method,
+                body: b"late",
+            }));
+            rogue.serve_honestly();
+        }
+        "replay_return" => {
+            // Answer this call, then answer the next one with this one's frame.
+            rogue.answer(call);
+            let first = return_frame(id, method, &call.body);
+            if rogue.next_call().is_some() {
+                rogue.send_raw(&first);
+            }
+            rogue.serve_honestly();
+        }
+        "predictable_id" => {
+            // Answer honestly, then stage a forged answer for the id a counter scheme would
+            // give the next call, before that call exists.
+            rogue.answer(call);
+            let predicted = next_counter_id(id);
+            if let Some(dir) = std::env::var_os("ROGUE_PREDICTED") {
+                let _ = std::fs::write(dir, predicted.to_bytes());
+            }
+            // Mark first: once the frame is out the host may SIGKILL us at any moment, so
+            // nothing after the write is sure to run. The host's own record of the violation
+            // is the proof that the frame landed.
+            mark_with(b"staged");
+            rogue.send_raw(&return_frame(predicted, method, b"\x06forged"));
+            rogue.serve_honestly();
+        }
+        "echo_call" => {
+            rogue.send_raw(&raw_frame(&call.raw));
+            rogue.serve_honestly();
+        }
+        "progress_flood" => {
+            for _ in 0..100_000 {
+                rogue.send(&Frame::Progress(Progress {
+                    id,
+                    method,
+                    body: b"p",
+                }));
+            }
+            rogue.serve_honestly();
+        }
+        // ----- errors -----
+        "fail_huge_message" => {
+            let message = "x".repeat(1 << 20);
+            rogue.send(&Frame::Fail(Fail {
+                id,
+                method,
+                kind: 0,
+                message: &message,
+                code: None,
+            }));
+            rogue.serve_honestly();
+        }
+        "fail_escape_sequences" => {
+            let message = "\u{1b}[2J\u{1b}[1;31mFAKE HOST LOG: all workers healthy\u{1b}[0m\r\n";
+            rogue.send(&Frame::Fail(Fail {
+                id,
+                method,
+                kind: 0,
+                message,
+                code: None,
+            }));
+            rogue.serve_honestly();
+        }
+        "fail_forbidden_kind" => {
+            // A kind outside the closed set (a host-side outcome would need one).
+            rogue.send(&Frame::Fail(Fail {
+                id,
+                method,
+                kind: 99,
+                message: "timed out",
+                code: None,
+            }));
+            rogue.serve_honestly();
+        }
+        // ----- process -----
+        "exit_mid_call" => std::process::exit(3),
+        "hang" => sleep_forever(),
+        "ignore_cancel" => {
+            // Keep reading, note the `Cancel` for this call, and never answer anything.
+            while let Some(raw) = rogue.next_frame() {
+                if let Ok(Frame::Cancel(cancel)) = decode_frame(&raw) {
+                    if cancel.id == id {
+                        mark_with(format!("cancel {}", hex(&id.to_bytes())).as_bytes());
+                    }
+                }
+            }
+            sleep_forever();
+        }
+        "close_write_side" => {
+            // Point fd 1 somewhere else: the host's read side sees end of stream while this
+            // process lives on, still holding its input.
+            mark_with(b"closing");
+            if let Ok(null) = std::fs::File::open("/dev/null") {
+                use std::os::fd::AsFd;
+                let _ = rustix::stdio::dup2_stdout(null.as_fd());
+            }
+            sleep_forever();
+        }
+        "fork_grandchild" => {
+            // A grandchild inherits the channel and outlives us.
+            let child = std::process::Command::new("sleep").arg("1000").spawn();
+            if let (Ok(child), Some(path)) = (child, std::env::var_os("ROGUE_MARK")) {
+                let _ = std::fs::write(path, child.id().to_string());
+            }
+            std::process::exit(0);
+        }
+        "setsid_grandchild" => {
+            // A grandchild in a session (and process group) of its own, so a kill of our
+            // group misses it; it keeps our stderr and writes to it.
+            let child = std::process::Command::new("setsid")
+                .args([
+                    "sh",
+                    "-c",
+                    "while :; do echo escaped grandchild writing >&2; sleep 0.05; done",
+                ])
+                .spawn();
+            if let Ok(child) = child {
+                // Exit only once it has left our session, or the group kill would catch it.
+                let pid = rustix::process::Pid::from_raw(child.id() as i32);
+                let ours = rustix::process::getsid(None).ok();
+                for _ in 0..400 {
+                    if rustix::process::getsid(pid).ok() != ours {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                mark_with(child.id().to_string().as_bytes());
+            }
+            std::process::exit(0);
+        }
+        "stderr_flood" => {
+            for i in 0..20_000 {
+                eprintln!("flood {i} \u{1b}[31m{}", "y".repeat(200));
+            }
+            rogue.answer(call);
+            rogue.serve_honestly();
+        }
+        "never_read" => sleep_forever(),
+        _ => {
+            eprintln!("rogue-worker: unknown scenario {scenario:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let scenario = std::env::args().nth(1).unwrap_or_else(|| "honest".into());
+    if let Some(path) = std::env::var_os("ROGUE_PIDS") {
+        if let Ok(mut pids) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = pids.write_all(format!("{}\n", std::process::id()).as_bytes());
+        }
+    }
+    let first_time = |var: &str| {
+        std::env::var_os(var).map(|path| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .is_ok()
+        })
+    };
+    let spared = first_time("ROGUE_SPARE").unwrap_or(false);
+    let strike = !spared && first_time("ROGUE_ONCE").unwrap_or(true);
+    let scenario = if strike { scenario } else { "honest".into() };
+    let log = std::env::var_os("ROGUE_LOG")
+        .filter(|_| strike)
+        .and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+    let mut rogue = Rogue {
+        decoder: FrameDecoder::new(64 * 1024 * 1024),
+        input: std::io::stdin(),
+        output: std::io::stdout(),
+        log,
+    };
+    match scenario.as_str() {
+        "frame_before_hello" => {
+            rogue.send_raw(&return_frame(CallId::from_bytes([7; 16]), "echo", b""));
+            sleep_forever();
+        }
+        "wrong_version" => {
+            rogue.hello(PROTOCOL_VERSION + 41);
+            let _ = rogue.await_welcome();
+            sleep_forever();
+        }
+        "no_hello" => sleep_forever(),
+        _ => {}
+    }
+    rogue.hello(PROTOCOL_VERSION);
+    if !rogue.await_welcome() {
+        return ExitCode::FAILURE;
+    }
+    match scenario.as_str() {
+        "honest" => rogue.serve_honestly(),
+        "chaos" => {
+            while let Some(call) = rogue.next_call() {
+                if call.method == "misbehave" {
+                    let chosen: String = airlock_codec::from_slice(&call.body, &Default::default())
+                        .unwrap_or_default();
+                    misbehave(&mut rogue, &chosen, &call);
+                } else {
+                    rogue.answer(&call);
+                }
+            }
+        }
+        "never_read" => sleep_forever(),
+        other => {
+            let Some(call) = rogue.next_call() else {
+                return ExitCode::SUCCESS;
+            };
+            misbehave(&mut rogue, other, &call);
+        }
+    }
+    ExitCode::SUCCESS
+}

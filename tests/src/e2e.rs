@@ -1,0 +1,58 @@
+//! Locating and building the binaries the end-to-end suites spawn.
+//!
+//! Integration tests of this crate cannot name another package's binary with
+//! `CARGO_BIN_EXE_*`, so the bundled `airlock-worker` is found beside the test executable
+//! (`target/<profile>/`). `cargo xtask test` builds every binary first; a binary that is
+//! missing (a bare `cargo test -p airlock-tests` on a fresh tree) is built here. After changing
+//! the worker, run `cargo xtask test` (or `cargo build --bins`) so the binary is not stale.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The directory cargo puts binaries in for the profile this test runs under.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .map(PathBuf::from)
+        .expect("test executable lives in target/<profile>/deps")
+}
+
+/// The path of `bin` of `package`, built first if it is missing (offline: every dependency is
+/// already local).
+fn built(package: &str, bin: &str, cell: &'static OnceLock<PathBuf>) -> PathBuf {
+    cell.get_or_init(|| {
+        let path = bin_dir().join(bin);
+        if path.exists() {
+            return path;
+        }
+        let profile_release = bin_dir().ends_with("release");
+        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cargo.args(["build", "--quiet", "--offline", "-p", package, "--bin", bin]);
+        if profile_release {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build -p {package} --bin {bin} failed"
+        );
+        assert!(path.exists(), "{} missing after build", path.display());
+        path
+    })
+    .clone()
+}
+
+/// The bundled `airlock-worker` binary.
+pub fn worker_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-worker", "airlock-worker", &CELL)
+}
+
+/// The `rogue-worker` binary of this crate, which misbehaves on request.
+pub fn rogue_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-tests", "rogue-worker", &CELL)
+}
