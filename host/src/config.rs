@@ -16,13 +16,32 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Default send deadline: a worker that does not read a batch within 5 seconds is dead.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Which channel connects host and worker.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Which channel connects host and worker. Each variant exists when its cargo feature is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TransportChoice {
-    /// The child's stdin and stdout (feature `pipe`).
-    #[default]
+    /// The child's stdin and stdout (feature `pipe`, the default).
+    #[cfg(feature = "pipe")]
     Pipe,
+    /// A socket pair made by the host, the child's end inherited at fd 3 (feature `socket`).
+    /// No name exists anywhere for another process to find.
+    #[cfg(feature = "socket")]
+    SocketInherited,
+    /// A socket with a random name in a fresh private directory; the child connects and
+    /// proves itself with its pid, its uid and a one-time token (feature `socket`). For
+    /// workers that cannot inherit a descriptor.
+    #[cfg(feature = "socket")]
+    SocketNamed,
+}
+
+impl Default for TransportChoice {
+    /// The pipe when compiled in, else the inherited socket.
+    fn default() -> Self {
+        #[cfg(feature = "pipe")]
+        return TransportChoice::Pipe;
+        #[cfg(all(not(feature = "pipe"), feature = "socket"))]
+        return TransportChoice::SocketInherited;
+    }
 }
 
 /// When and how fast a failed worker is replaced.

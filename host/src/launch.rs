@@ -35,6 +35,10 @@ pub(crate) struct Launched {
     pub(crate) process: WorkerProcess,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
+    /// A first frame already read while authenticating the peer.
+    pub(crate) hello: Option<bytes::Bytes>,
+    /// The token the session must require in the `Hello`.
+    pub(crate) token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     pub(crate) stderr: Option<StderrRelay>,
 }
 
@@ -75,14 +79,14 @@ pub(crate) enum WorkerProcess {
 }
 
 impl Launcher {
-    pub(crate) fn launch(
+    pub(crate) async fn launch(
         &self,
         settings: &Settings,
         stderr_dropped: &Arc<AtomicU64>,
     ) -> Result<Launched, SpawnError> {
         match self {
             Launcher::Process => {
-                let spawned = crate::spawn::spawn(settings)?;
+                let spawned = crate::spawn::spawn(settings).await?;
                 let stderr = spawned.stderr.map(|stderr| {
                     let (stop, stopped) = oneshot::channel();
                     let task = tokio::spawn(crate::stderr::relay(
@@ -105,6 +109,8 @@ impl Launcher {
                     },
                     sender: spawned.sender,
                     receiver: spawned.receiver,
+                    hello: spawned.hello,
+                    token: spawned.token,
                     stderr,
                 })
             }
@@ -126,6 +132,8 @@ impl Launcher {
                     process: WorkerProcess::Task { task, done: false },
                     sender: Box::new(sender),
                     receiver: Box::new(receiver),
+                    hello: None,
+                    token: None,
                     stderr: None,
                 })
             }
@@ -190,7 +198,7 @@ impl WorkerProcess {
 
 /// SIGKILLs every process in the group led by `pid`. Called only while the leader is
 /// unreaped or just reaped, so the group id cannot have been reused.
-fn kill_group(pid: u32) {
+pub(crate) fn kill_group(pid: u32) {
     if let Some(pgid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

@@ -3,7 +3,11 @@
 use std::process::Stdio;
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
-use airlock_transport_pipe::{StreamConfig, StreamTransport};
+use airlock_protocol::TOKEN_LEN;
+use airlock_transport_pipe::StreamConfig;
+#[cfg(feature = "pipe")]
+use airlock_transport_pipe::StreamTransport;
+use bytes::Bytes;
 use tokio::process::{Child, ChildStderr, Command};
 
 use crate::config::{Settings, TransportChoice};
@@ -16,6 +20,10 @@ pub(crate) struct Spawned {
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
     pub(crate) stderr: Option<ChildStderr>,
+    /// A first frame already read while authenticating the peer (named sockets).
+    pub(crate) hello: Option<Bytes>,
+    /// The token the session must find in that `Hello` (named sockets).
+    pub(crate) token: Option<[u8; TOKEN_LEN]>,
 }
 
 pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
@@ -25,42 +33,121 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
-/// Spawns the worker: its own process group, a cleared environment holding only what the
-/// caller added, the chosen working directory, no inherited descriptors beyond stdio and the
-/// channel, and death with its host.
-pub(crate) fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
+/// The command every transport starts from: its own process group, a cleared environment
+/// holding only what the caller added, the chosen working directory, stderr captured.
+fn base_command(settings: &Settings) -> Command {
     let mut command = Command::new(&settings.program);
     command
         .args(&settings.args)
         .env_clear()
         .envs(settings.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &settings.cwd {
         command.current_dir(cwd);
     }
+    command
+}
+
+fn started(
+    mut child: Child,
+    sender: Box<dyn FrameSender>,
+    receiver: Box<dyn FrameReceiver>,
+) -> Spawned {
+    let pid = child.id().unwrap_or(0);
+    let stderr = child.stderr.take();
+    Spawned {
+        child,
+        pid,
+        sender,
+        receiver,
+        stderr,
+        hello: None,
+        token: None,
+    }
+}
+
+/// Spawns the worker with the configured transport. Besides the command's setup, every
+/// descriptor but stdio and the channel is closed on exec and the worker dies with its host
+/// (see `sys::prepare_child`).
+pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
+    let mut command = base_command(settings);
     match settings.transport {
+        #[cfg(feature = "pipe")]
         TransportChoice::Pipe => {
+            command.stdin(Stdio::piped()).stdout(Stdio::piped());
             crate::sys::prepare_child(&mut command, None);
             let mut child = command.spawn().map_err(SpawnError::Exec)?;
-            let pid = child.id().unwrap_or(0);
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 return Err(SpawnError::Transport(std::io::Error::other(
                     "child stdio missing",
                 )));
             };
-            let stderr = child.stderr.take();
             let (sender, receiver) =
                 StreamTransport::new(stdout, stdin, stream_config(settings)).split();
-            Ok(Spawned {
-                child,
-                pid,
-                sender: Box::new(sender),
-                receiver: Box::new(receiver),
-                stderr,
+            Ok(started(child, Box::new(sender), Box::new(receiver)))
+        }
+        #[cfg(feature = "socket")]
+        TransportChoice::SocketInherited => {
+            use airlock_transport_socket::{inherited_pair, AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD};
+            use std::os::fd::AsRawFd;
+            let (transport, child_end) =
+                inherited_pair(stream_config(settings)).map_err(SpawnError::Transport)?;
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
+            crate::sys::prepare_child(&mut command, Some(child_end.as_raw_fd()));
+            let child = command.spawn().map_err(SpawnError::Exec)?;
+            // Our copy of the child's end must go, or the worker exiting is never seen as the
+            // end of the stream.
+            drop(child_end);
+            let (sender, receiver) = transport.split();
+            Ok(started(child, Box::new(sender), Box::new(receiver)))
+        }
+        #[cfg(feature = "socket")]
+        TransportChoice::SocketNamed => spawn_named(settings, command).await,
+    }
+}
+
+/// Named socket: listen in a fresh private directory, start the child with the name and a
+/// one-time token, and accept only a connection from that very process holding the token.
+#[cfg(feature = "socket")]
+async fn spawn_named(settings: &Settings, mut command: Command) -> Result<Spawned, SpawnError> {
+    use airlock_transport_socket::{AcceptError, NamedConfig, NamedListener, PeerExpectation};
+
+    let config = NamedConfig::default().stream(stream_config(settings));
+    let listener = NamedListener::bind(config).map_err(SpawnError::Transport)?;
+    for (key, value) in listener.env() {
+        command.env(key, value);
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::null());
+    crate::sys::prepare_child(&mut command, None);
+    let mut child = command.spawn().map_err(SpawnError::Exec)?;
+    let pid = child.id().unwrap_or(0);
+    let token = *listener.token();
+    let deadline = std::time::Instant::now() + settings.protocol.handshake_limit();
+    match listener
+        .accept_worker(PeerExpectation::process(pid), deadline)
+        .await
+    {
+        Ok(accepted) => {
+            let (sender, receiver) = accepted.transport.split();
+            let mut spawned = started(child, Box::new(sender), Box::new(receiver));
+            spawned.hello = Some(accepted.hello);
+            spawned.token = Some(token);
+            Ok(spawned)
+        }
+        Err(err) => {
+            crate::launch::kill_group(pid);
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            Err(match err {
+                AcceptError::Deadline { .. } => {
+                    SpawnError::Handshake(crate::LostReason::HandshakeTimeout)
+                }
+                other => SpawnError::Transport(std::io::Error::other(other)),
             })
         }
     }

@@ -124,6 +124,7 @@ impl Supervisor {
             let end = match self
                 .launcher
                 .launch(&self.settings, &self.counters.stderr_dropped)
+                .await
             {
                 Ok(launched) => self.drive(launched, &mut ready).await,
                 Err(err) => {
@@ -282,9 +283,19 @@ impl Supervisor {
             mut process,
             sender,
             receiver,
+            hello,
+            token,
             mut stderr,
         } = launched;
-        let mut session = HostSession::new(self.settings.protocol.clone(), Instant::now());
+        let mut config = self.settings.protocol.clone();
+        if let Some(token) = token {
+            // The transport already checked the token; the session checks it again.
+            config = config.clone().token(token).unwrap_or(config);
+        }
+        let mut session = HostSession::new(config, Instant::now());
+        if let Some(hello) = hello {
+            session.handle_frame(hello);
+        }
         let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
         let reader = tokio::spawn(read_frames(receiver, frames_tx));
         let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);

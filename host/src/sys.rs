@@ -10,14 +10,14 @@ use std::os::fd::RawFd;
 use tokio::process::Command;
 
 /// Arranges for the child, just before `exec`:
-/// - every descriptor from 3 up to be closed on exec, except `keep` (the socket channel, if
-///   any), so nothing the host holds leaks into the worker;
+/// - every descriptor from 3 up to be closed on exec, so nothing the host holds leaks into the
+///   worker — except `channel` (the inherited socket, if any), which is moved to fd 3;
 /// - SIGKILL when the host thread that spawned it dies (`PR_SET_PDEATHSIG`), and an immediate
 ///   exit if the host is already gone.
-pub(crate) fn prepare_child(command: &mut Command, keep: Option<RawFd>) {
+pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
     let parent = rustix::process::getpid();
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
-    // (close_range, prctl, getppid, fcntl) on integers captured by value; it allocates nothing,
+    // (close_range, dup2, prctl, getppid) on integers captured by value; it allocates nothing,
     // takes no lock and touches no shared state, so it is async-signal-safe.
     unsafe {
         command.pre_exec(move || {
@@ -33,11 +33,14 @@ pub(crate) fn prepare_child(command: &mut Command, keep: Option<RawFd>) {
             if marked != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(fd) = keep {
-                // SAFETY: `fd` is the channel descriptor the parent created and keeps open
-                // until the child has been spawned; it is valid in the child.
-                let borrowed = std::os::fd::BorrowedFd::borrow_raw(fd);
-                rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::empty())?;
+            if let Some(fd) = channel {
+                // The documented place for the channel is fd 3. `dup2` leaves the copy without
+                // close-on-exec; the original (numbered above 3) closes on exec.
+                // SAFETY: a plain system call on two integers; `fd` is open in the child
+                // because the parent keeps it open until the spawn has returned.
+                if libc::dup2(fd, 3) != 3 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The host may have died before the prctl took effect: then nobody would kill us.

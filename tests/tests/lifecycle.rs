@@ -5,17 +5,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy};
+use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, Method};
 use airlock_tests::e2e::{rogue_bin, worker_bin};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
 };
 use serde_bytes::ByteBuf;
-
-fn worker() -> HostBuilder {
-    Host::builder(worker_bin())
-}
 
 fn fast_restarts(max_restarts: u32) -> RestartPolicy {
     RestartPolicy {
@@ -43,97 +39,6 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn builtin_calls_return_typed_results() {
-    let host = worker().spawn().await.unwrap();
-    assert_eq!(host.worker_info().name, "airlock-worker");
-    assert_eq!(host.call::<Sum>(&vec![40, 2]).await, Ok(42));
-    let payload = ByteBuf::from((0..=255u8).collect::<Vec<_>>());
-    assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
-    assert_eq!(
-        host.call::<Digest>(&payload).await.unwrap(),
-        airlock_worker::builtin::fnv1a(&payload)
-    );
-    assert_eq!(host.call::<Sleep>(&5).await, Ok(5));
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_concurrent_calls_on_one_worker() {
-    let host = worker().spawn().await.unwrap();
-    let tasks: Vec<_> = (0..1000i64)
-        .map(|i| {
-            let host = host.clone();
-            tokio::spawn(async move { (i, host.call::<Sum>(&vec![i, i]).await) })
-        })
-        .collect();
-    for task in tasks {
-        let (i, result) = task.await.unwrap();
-        assert_eq!(result, Ok(2 * i), "call {i}");
-    }
-    let stats = host.stats();
-    assert_eq!(stats.calls_ok, 1000);
-    assert_eq!(stats.restarts, 0);
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deadline_kills_the_worker_and_a_fresh_one_answers_next() {
-    let host = worker()
-        .restart_policy(fast_restarts(5))
-        .spawn()
-        .await
-        .unwrap();
-    let first = host.call::<Pid>(&()).await.unwrap();
-    assert_eq!(
-        host.call_with_deadline::<Sleep>(&60_000, soon(200)).await,
-        Err(CallError::Timeout)
-    );
-    assert!(!process_alive(first), "the hung worker {first} still runs");
-    let second = host.call::<Pid>(&()).await.unwrap();
-    assert_ne!(first, second, "the hung worker was reused");
-    assert_eq!(host.stats().restarts, 1);
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_call_cancels_it_without_killing_the_worker() {
-    let host = worker().spawn().await.unwrap();
-    let pid = host.call::<Pid>(&()).await.unwrap();
-    let dropped =
-        tokio::time::timeout(Duration::from_millis(100), host.call::<Sleep>(&60_000)).await;
-    assert!(dropped.is_err(), "the sleep should still have been running");
-    assert_eq!(host.call::<Sum>(&vec![1, 1]).await, Ok(2));
-    assert_eq!(
-        host.call::<Pid>(&()).await,
-        Ok(pid),
-        "the worker was replaced"
-    );
-    let stats = host.stats();
-    assert_eq!(stats.calls_failed.cancelled, 1);
-    assert_eq!(stats.in_flight, 0);
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panic_is_reported_as_data_and_the_worker_keeps_serving() {
-    let host = worker().spawn().await.unwrap();
-    let pid = host.call::<Pid>(&()).await.unwrap();
-    match host.call::<Panic>(&"kaboom".into()).await {
-        Err(CallError::Remote(err)) => {
-            assert_eq!(err.kind(), ErrorKind::Panic);
-            assert!(err.message().contains("kaboom"), "{}", err.message());
-        }
-        other => panic!("expected a panic report, got {other:?}"),
-    }
-    assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
-    match host.call::<Fail>(&"no such thing".into()).await {
-        Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::Handler),
-        other => panic!("expected a handler error, got {other:?}"),
-    }
-    host.shutdown().await;
-}
-
 /// A method the bundled worker does not serve.
 struct Missing;
 impl Method for Missing {
@@ -148,24 +53,6 @@ impl Method for SumOfBytes {
     const NAME: &'static str = "sum";
     type Request = ByteBuf;
     type Response = i64;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_method_and_bad_request_are_remote_errors() {
-    let host = worker().spawn().await.unwrap();
-    match host.call::<Missing>(&()).await {
-        Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::UnknownMethod),
-        other => panic!("expected UnknownMethod, got {other:?}"),
-    }
-    // Encoded as [1, 0x80]: to `sum` that is one i64 whose varint never ends.
-    let request = ByteBuf::from(vec![0x80]);
-    assert!(airlock_codec::from_slice::<Vec<i64>>(&[1, 0x80], &Default::default()).is_err());
-    match host.call::<SumOfBytes>(&request).await {
-        Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::BadRequest),
-        other => panic!("expected BadRequest, got {other:?}"),
-    }
-    assert_eq!(host.stats().restarts, 0);
-    host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +76,7 @@ async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_back_off_and_stop_at_the_budget() {
-    let host = worker()
+    let host = Host::builder(worker_bin())
         .restart_policy(RestartPolicy {
             max_restarts: 2,
             window: Duration::from_secs(60),
@@ -224,126 +111,277 @@ async fn restarts_back_off_and_stop_at_the_budget() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_with_calls_pending_answers_every_call() {
-    let host = worker()
-        .shutdown_grace(Duration::from_millis(300))
-        .spawn()
-        .await
-        .unwrap();
-    let quick = {
-        let host = host.clone();
-        tokio::spawn(async move { host.call::<Sleep>(&50).await })
+/// The tests every transport must pass; each module below supplies `worker()`.
+macro_rules! lifecycle_tests {
+    () => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn builtin_calls_return_typed_results() {
+            let host = worker().spawn().await.unwrap();
+            assert_eq!(host.worker_info().name, "airlock-worker");
+            assert_eq!(host.call::<Sum>(&vec![40, 2]).await, Ok(42));
+            let payload = ByteBuf::from((0..=255u8).collect::<Vec<_>>());
+            assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
+            assert_eq!(
+                host.call::<Digest>(&payload).await.unwrap(),
+                airlock_worker::builtin::fnv1a(&payload)
+            );
+            assert_eq!(host.call::<Sleep>(&5).await, Ok(5));
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_thousand_concurrent_calls_on_one_worker() {
+            let host = worker().spawn().await.unwrap();
+            let tasks: Vec<_> = (0..1000i64)
+                .map(|i| {
+                    let host = host.clone();
+                    tokio::spawn(async move { (i, host.call::<Sum>(&vec![i, i]).await) })
+                })
+                .collect();
+            for task in tasks {
+                let (i, result) = task.await.unwrap();
+                assert_eq!(result, Ok(2 * i), "call {i}");
+            }
+            let stats = host.stats();
+            assert_eq!(stats.calls_ok, 1000);
+            assert_eq!(stats.restarts, 0);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn deadline_kills_the_worker_and_a_fresh_one_answers_next() {
+            let host = worker()
+                .restart_policy(fast_restarts(5))
+                .spawn()
+                .await
+                .unwrap();
+            let first = host.call::<Pid>(&()).await.unwrap();
+            assert_eq!(
+                host.call_with_deadline::<Sleep>(&60_000, soon(200)).await,
+                Err(CallError::Timeout)
+            );
+            assert!(!process_alive(first), "the hung worker {first} still runs");
+            let second = host.call::<Pid>(&()).await.unwrap();
+            assert_ne!(first, second, "the hung worker was reused");
+            assert_eq!(host.stats().restarts, 1);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn dropping_a_call_cancels_it_without_killing_the_worker() {
+            let host = worker().spawn().await.unwrap();
+            let pid = host.call::<Pid>(&()).await.unwrap();
+            let dropped =
+                tokio::time::timeout(Duration::from_millis(100), host.call::<Sleep>(&60_000)).await;
+            assert!(dropped.is_err(), "the sleep should still have been running");
+            assert_eq!(host.call::<Sum>(&vec![1, 1]).await, Ok(2));
+            assert_eq!(
+                host.call::<Pid>(&()).await,
+                Ok(pid),
+                "the worker was replaced"
+            );
+            let stats = host.stats();
+            assert_eq!(stats.calls_failed.cancelled, 1);
+            assert_eq!(stats.in_flight, 0);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn panic_is_reported_as_data_and_the_worker_keeps_serving() {
+            let host = worker().spawn().await.unwrap();
+            let pid = host.call::<Pid>(&()).await.unwrap();
+            match host.call::<Panic>(&"kaboom".into()).await {
+                Err(CallError::Remote(err)) => {
+                    assert_eq!(err.kind(), ErrorKind::Panic);
+                    assert!(err.message().contains("kaboom"), "{}", err.message());
+                }
+                other => panic!("expected a panic report, got {other:?}"),
+            }
+            assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+            match host.call::<Fail>(&"no such thing".into()).await {
+                Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::Handler),
+                other => panic!("expected a handler error, got {other:?}"),
+            }
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn unknown_method_and_bad_request_are_remote_errors() {
+            let host = worker().spawn().await.unwrap();
+            match host.call::<Missing>(&()).await {
+                Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::UnknownMethod),
+                other => panic!("expected UnknownMethod, got {other:?}"),
+            }
+            // Encoded as [1, 0x80]: to `sum` that is one i64 whose varint never ends.
+            let request = ByteBuf::from(vec![0x80]);
+            assert!(
+                airlock_codec::from_slice::<Vec<i64>>(&[1, 0x80], &Default::default()).is_err()
+            );
+            match host.call::<SumOfBytes>(&request).await {
+                Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::BadRequest),
+                other => panic!("expected BadRequest, got {other:?}"),
+            }
+            assert_eq!(host.stats().restarts, 0);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn shutdown_with_calls_pending_answers_every_call() {
+            let host = worker()
+                .shutdown_grace(Duration::from_millis(300))
+                .spawn()
+                .await
+                .unwrap();
+            let quick = {
+                let host = host.clone();
+                tokio::spawn(async move { host.call::<Sleep>(&50).await })
+            };
+            let slow = {
+                let host = host.clone();
+                tokio::spawn(async move { host.call::<Sleep>(&60_000).await })
+            };
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let started = Instant::now();
+            host.shutdown().await;
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "shutdown exceeded its grace"
+            );
+            assert_eq!(
+                quick.await.unwrap(),
+                Ok(50),
+                "a call finishing within the grace completes"
+            );
+            assert_eq!(
+                slow.await.unwrap(),
+                Err(CallError::WorkerLost(LostReason::Shutdown)),
+                "a call outliving the grace is failed, not dropped"
+            );
+            assert_eq!(host.call::<Sum>(&vec![1]).await, Err(CallError::Shutdown));
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn stdout_noise_from_a_handler_does_not_reach_the_channel() {
+            let host = worker().spawn().await.unwrap();
+            // A frame-shaped line: were stdout the channel, this would be a length prefix of ~10 MB.
+            let noise = "\u{0}\u{0}\u{a0}\u{0}not a frame".to_string();
+            assert_eq!(host.call::<Print>(&noise).await, Ok(()));
+            for i in 0..10 {
+                assert_eq!(host.call::<Sum>(&vec![i]).await, Ok(i));
+            }
+            assert_eq!(host.stats().restarts, 0);
+            assert!(host.stats().violations.is_empty());
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn stderr_flood_is_rate_limited_and_does_not_stall_calls() {
+            let host = worker().spawn().await.unwrap();
+            let started = Instant::now();
+            assert_eq!(host.call::<StderrFlood>(&50_000).await, Ok(()));
+            assert_eq!(host.call::<Sum>(&vec![7]).await, Ok(7));
+            assert!(started.elapsed() < Duration::from_secs(20));
+            // Give the relay a moment to drain the pipe, then count what it dropped.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let dropped = host.stats().stderr_lines_dropped;
+            assert!(
+                dropped > 40_000,
+                "only {dropped} lines were dropped: the flood was not limited"
+            );
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn worker_gets_a_cleared_environment_and_the_chosen_directory() {
+            let dir = std::env::temp_dir();
+            let host = worker()
+                .env("ONLY_THIS", "1")
+                .current_dir(&dir)
+                .spawn()
+                .await
+                .unwrap();
+            // The host's own environment is not empty (cargo sets plenty), and none of it leaks.
+            assert!(std::env::vars().count() > 3);
+            // Only what the caller added, plus the transport's own `AIRLOCK_*` variables.
+            let env: Vec<(String, String)> = host
+                .call::<Env>(&())
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|(key, _)| !key.starts_with("AIRLOCK_"))
+                .collect();
+            assert_eq!(env, vec![("ONLY_THIS".to_string(), "1".to_string())]);
+            let cwd = host.call::<Cwd>(&()).await.unwrap();
+            assert_eq!(std::path::Path::new(&cwd), dir.canonicalize().unwrap());
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn host_descriptors_do_not_leak_into_the_worker() {
+            use std::os::fd::AsRawFd;
+            // A descriptor opened without close-on-exec: any child spawned naively inherits it.
+            let canary_path = tempfile("fd-canary");
+            std::fs::write(&canary_path, b"secret").unwrap();
+            let canary = rustix::fs::open(
+                &canary_path,
+                rustix::fs::OFlags::RDONLY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+            let naive = std::process::Command::new("ls")
+                .arg("-l")
+                .arg(format!("/proc/self/fd/{}", canary.as_raw_fd()))
+                .output()
+                .unwrap();
+            assert!(
+                naive.status.success(),
+                "the attack is not live: a plain child did not inherit it"
+            );
+
+            let host = worker().spawn().await.unwrap();
+            let fds = host.call::<OpenFds>(&()).await.unwrap();
+            let canary_name = canary_path.display().to_string();
+            assert!(
+                fds.iter().all(|(_, target)| target != &canary_name),
+                "the canary leaked into the worker: {fds:?}"
+            );
+            // stdio 0-2 are the relocated descriptors; the rest are the private channel copies and
+            // the worker's own runtime (epoll, eventfd, its pipes).
+            assert!(fds.iter().any(|(fd, _)| *fd == 0));
+            host.shutdown().await;
+            drop(canary);
+        }
     };
-    let slow = {
-        let host = host.clone();
-        tokio::spawn(async move { host.call::<Sleep>(&60_000).await })
-    };
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let started = Instant::now();
-    host.shutdown().await;
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "shutdown exceeded its grace"
-    );
-    assert_eq!(
-        quick.await.unwrap(),
-        Ok(50),
-        "a call finishing within the grace completes"
-    );
-    assert_eq!(
-        slow.await.unwrap(),
-        Err(CallError::WorkerLost(LostReason::Shutdown)),
-        "a call outliving the grace is failed, not dropped"
-    );
-    assert_eq!(host.call::<Sum>(&vec![1]).await, Err(CallError::Shutdown));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_noise_from_a_handler_does_not_reach_the_channel() {
-    let host = worker().spawn().await.unwrap();
-    // A frame-shaped line: were stdout the channel, this would be a length prefix of ~10 MB.
-    let noise = "\u{0}\u{0}\u{a0}\u{0}not a frame".to_string();
-    assert_eq!(host.call::<Print>(&noise).await, Ok(()));
-    for i in 0..10 {
-        assert_eq!(host.call::<Sum>(&vec![i]).await, Ok(i));
+mod pipe {
+    use super::*;
+
+    fn worker() -> HostBuilder {
+        Host::builder(worker_bin()).transport(TransportChoice::Pipe)
     }
-    assert_eq!(host.stats().restarts, 0);
-    assert!(host.stats().violations.is_empty());
-    host.shutdown().await;
+
+    lifecycle_tests!();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stderr_flood_is_rate_limited_and_does_not_stall_calls() {
-    let host = worker().spawn().await.unwrap();
-    let started = Instant::now();
-    assert_eq!(host.call::<StderrFlood>(&50_000).await, Ok(()));
-    assert_eq!(host.call::<Sum>(&vec![7]).await, Ok(7));
-    assert!(started.elapsed() < Duration::from_secs(20));
-    // Give the relay a moment to drain the pipe, then count what it dropped.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let dropped = host.stats().stderr_lines_dropped;
-    assert!(
-        dropped > 40_000,
-        "only {dropped} lines were dropped: the flood was not limited"
-    );
-    host.shutdown().await;
+mod socket_inherited {
+    use super::*;
+
+    fn worker() -> HostBuilder {
+        Host::builder(worker_bin()).transport(TransportChoice::SocketInherited)
+    }
+
+    lifecycle_tests!();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_gets_a_cleared_environment_and_the_chosen_directory() {
-    let dir = std::env::temp_dir();
-    let host = worker()
-        .env("ONLY_THIS", "1")
-        .current_dir(&dir)
-        .spawn()
-        .await
-        .unwrap();
-    // The host's own environment is not empty (cargo sets plenty), and none of it leaks.
-    assert!(std::env::vars().count() > 3);
-    assert_eq!(
-        host.call::<Env>(&()).await.unwrap(),
-        vec![("ONLY_THIS".into(), "1".into())]
-    );
-    let cwd = host.call::<Cwd>(&()).await.unwrap();
-    assert_eq!(std::path::Path::new(&cwd), dir.canonicalize().unwrap());
-    host.shutdown().await;
-}
+mod socket_named {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn host_descriptors_do_not_leak_into_the_worker() {
-    use std::os::fd::AsRawFd;
-    // A descriptor opened without close-on-exec: any child spawned naively inherits it.
-    let canary_path = tempfile("fd-canary");
-    std::fs::write(&canary_path, b"secret").unwrap();
-    let canary = rustix::fs::open(
-        &canary_path,
-        rustix::fs::OFlags::RDONLY,
-        rustix::fs::Mode::empty(),
-    )
-    .unwrap();
-    let naive = std::process::Command::new("ls")
-        .arg("-l")
-        .arg(format!("/proc/self/fd/{}", canary.as_raw_fd()))
-        .output()
-        .unwrap();
-    assert!(
-        naive.status.success(),
-        "the attack is not live: a plain child did not inherit it"
-    );
+    fn worker() -> HostBuilder {
+        Host::builder(worker_bin()).transport(TransportChoice::SocketNamed)
+    }
 
-    let host = worker().spawn().await.unwrap();
-    let fds = host.call::<OpenFds>(&()).await.unwrap();
-    let canary_name = canary_path.display().to_string();
-    assert!(
-        fds.iter().all(|(_, target)| target != &canary_name),
-        "the canary leaked into the worker: {fds:?}"
-    );
-    // stdio 0-2 are the relocated descriptors; the rest are the private channel copies and
-    // the worker's own runtime (epoll, eventfd, its pipes).
-    assert!(fds.iter().any(|(fd, _)| *fd == 0));
-    host.shutdown().await;
-    drop(canary);
+    lifecycle_tests!();
 }
 
 fn tempfile(name: &str) -> std::path::PathBuf {

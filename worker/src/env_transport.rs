@@ -5,8 +5,8 @@ use crate::{ServeError, Worker};
 
 #[cfg(feature = "socket")]
 fn socket_requested() -> bool {
-    std::env::var_os(airlock_transport_socket::ENV_SOCKET_FD).is_some()
-        || std::env::var_os(airlock_transport_socket::ENV_SOCKET_NAME).is_some()
+    std::env::var_os(airlock_transport_socket::AIRLOCK_SOCKET_FD).is_some()
+        || std::env::var_os(airlock_transport_socket::AIRLOCK_SOCKET_NAME).is_some()
 }
 
 pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {

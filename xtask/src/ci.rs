@@ -14,10 +14,28 @@ struct FeatureSet {
 
 /// The feature combinations `ci` tests one by one. Add a row per meaningful combination as
 /// crates gain features (a transport per feature, `std` on the codec...).
-const FEATURE_SETS: &[FeatureSet] = &[FeatureSet {
-    package: "airlock-codec",
-    features: &[],
-}];
+const FEATURE_SETS: &[FeatureSet] = &[
+    FeatureSet {
+        package: "airlock-codec",
+        features: &[],
+    },
+    FeatureSet {
+        package: "airlock-host",
+        features: &["pipe"],
+    },
+    FeatureSet {
+        package: "airlock-host",
+        features: &["socket"],
+    },
+    FeatureSet {
+        package: "airlock-worker",
+        features: &["pipe"],
+    },
+    FeatureSet {
+        package: "airlock-worker",
+        features: &["socket"],
+    },
+];
 
 /// Crates deliberately outside the workspace (see the root `Cargo.toml`).
 const OUTSIDE_WORKSPACE: &[&str] = &["fuzz/Cargo.toml", "nostd-check/Cargo.toml"];
