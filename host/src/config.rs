@@ -110,6 +110,22 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// Refuses durations that could overflow a deadline computed from them.
+    pub(crate) fn validate(&self) -> Result<(), airlock_protocol::ConfigError> {
+        let restart = &self.restart;
+        for timeout in [
+            self.call_timeout,
+            self.shutdown_grace,
+            self.send_timeout,
+            restart.window,
+            restart.initial_backoff,
+            restart.max_backoff,
+        ] {
+            airlock_protocol::check_timeout(timeout)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn new(program: PathBuf) -> Self {
         let label = program
             .file_name()

@@ -161,6 +161,7 @@ impl Host {
     }
 
     async fn start(settings: Settings, launcher: Launcher) -> Result<Host, SpawnError> {
+        settings.validate()?;
         let settings = Arc::new(settings);
         let (commands, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
@@ -193,6 +194,7 @@ impl Host {
 
     /// Calls `M` with the host's call deadline.
     pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
+        // `call_timeout` is at most `MAX_TIMEOUT` (checked at spawn), so this cannot overflow.
         let deadline = Instant::now() + self.shared.call_timeout;
         self.call_with_deadline::<M>(request, deadline).await
     }
@@ -236,8 +238,12 @@ impl Host {
         guard.key = Some(key);
         // The supervisor enforces the deadline (and kills the worker when it passes); this
         // outer bound only guards against the supervisor itself being gone.
-        let backstop = tokio::time::Instant::from_std(deadline) + Duration::from_secs(5);
-        let reply = match tokio::time::timeout_at(backstop, answer).await {
+        let backstop = deadline.checked_add(Duration::from_secs(5));
+        let answer = match backstop {
+            Some(at) => tokio::time::timeout_at(tokio::time::Instant::from_std(at), answer).await,
+            None => Ok(answer.await),
+        };
+        let reply = match answer {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => return Err(CallError::Shutdown),
             Err(_) => return Err(CallError::Timeout),

@@ -119,7 +119,14 @@ impl Launcher {
                 let (host_read, host_write) = tokio::io::split(host_end);
                 let (worker_read, worker_write) = tokio::io::split(worker_end);
                 let config = crate::spawn::stream_config(settings);
-                let worker_transport = StreamTransport::new(worker_read, worker_write, config);
+                // The worker's side is not capped for the handshake: it raises its own cap
+                // from the `Welcome` anyway, and trusts nothing before it.
+                let worker_config = airlock_transport_pipe::StreamConfig {
+                    max_frame: settings.protocol.frame_limit(),
+                    ..config
+                };
+                let worker_transport =
+                    StreamTransport::new(worker_read, worker_write, worker_config);
                 let worker = factory();
                 let task = tokio::spawn(async move {
                     if let Err(err) = worker.serve_on(worker_transport).await {
@@ -165,6 +172,26 @@ impl WorkerProcess {
                     signal: None,
                 }
             }
+        }
+    }
+
+    /// The exit of a worker that already ended on its own (reaping it, and killing what is
+    /// left of its group), without waiting; `None` if it still runs.
+    pub(crate) fn ended(&mut self) -> Option<ExitInfo> {
+        match self {
+            WorkerProcess::Child { child, pid, exited } => {
+                if exited.is_none() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        kill_group(*pid);
+                        *exited = Some(exit_info(Some(status)));
+                    }
+                }
+                *exited
+            }
+            WorkerProcess::Task { task, .. } => task.is_finished().then_some(ExitInfo {
+                code: Some(0),
+                signal: None,
+            }),
         }
     }
 

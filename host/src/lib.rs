@@ -43,6 +43,7 @@ mod in_process;
 mod launch;
 mod pool;
 mod spawn;
+mod spawner;
 mod stats;
 mod stderr;
 mod supervisor;

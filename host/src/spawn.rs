@@ -26,9 +26,15 @@ pub(crate) struct Spawned {
     pub(crate) token: Option<[u8; TOKEN_LEN]>,
 }
 
+/// The stream settings for a new worker's channel. Frames are capped at the handshake's
+/// limit until the worker has completed its handshake (the supervisor raises it then), so an
+/// unauthenticated peer cannot make the host buffer a `max_frame`-sized frame.
 pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     StreamConfig {
-        max_frame: settings.protocol.frame_limit(),
+        max_frame: settings
+            .protocol
+            .frame_limit()
+            .min(airlock_protocol::HANDSHAKE_MAX_FRAME),
         send_timeout: settings.send_timeout,
     }
 }
@@ -78,7 +84,9 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
         TransportChoice::Pipe => {
             command.stdin(Stdio::piped()).stdout(Stdio::piped());
             crate::sys::prepare_child(&mut command, None);
-            let mut child = command.spawn().map_err(SpawnError::Exec)?;
+            let mut child = crate::spawner::spawn(command)
+                .await
+                .map_err(SpawnError::Exec)?;
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 return Err(SpawnError::Transport(std::io::Error::other(
                     "child stdio missing",
@@ -99,7 +107,9 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
                 .stdout(Stdio::null())
                 .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
             crate::sys::prepare_child(&mut command, Some(child_end.as_raw_fd()));
-            let child = command.spawn().map_err(SpawnError::Exec)?;
+            let child = crate::spawner::spawn(command)
+                .await
+                .map_err(SpawnError::Exec)?;
             // Our copy of the child's end must go, or the worker exiting is never seen as the
             // end of the stream.
             drop(child_end);
@@ -124,7 +134,9 @@ async fn spawn_named(settings: &Settings, mut command: Command) -> Result<Spawne
     }
     command.stdin(Stdio::null()).stdout(Stdio::null());
     crate::sys::prepare_child(&mut command, None);
-    let mut child = command.spawn().map_err(SpawnError::Exec)?;
+    let mut child = crate::spawner::spawn(command)
+        .await
+        .map_err(SpawnError::Exec)?;
     let pid = child.id().unwrap_or(0);
     let token = *listener.token();
     let deadline = std::time::Instant::now() + settings.protocol.handshake_limit();

@@ -23,7 +23,8 @@ pub struct HostStats {
     pub restarts: u64,
     /// Calls in flight now.
     pub in_flight: u64,
-    /// Worker stderr lines dropped (over the rate or length limit).
+    /// Worker stderr lines not relayed because they came faster than the rate limit. (Lines
+    /// over the length limit are relayed, cut, and marked `[truncated]`.)
     pub stderr_lines_dropped: u64,
 }
 

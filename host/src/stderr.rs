@@ -1,7 +1,8 @@
 //! Relaying a worker's stderr into `tracing`, bounded.
 //!
-//! Read in fixed chunks and split on newlines; each line is cut at `max_line` bytes and its
-//! control characters replaced, so a worker cannot forge log lines or terminal escapes; lines
+//! Read in fixed chunks and split on newlines; each line is cut at `max_line` bytes and every
+//! character that could forge or hide log text (controls, line separators, bidi and invisible
+//! format characters) replaced, so a worker cannot forge log lines or terminal escapes; lines
 //! beyond `max_lines_per_second` are dropped and counted. The pipe is always drained, so a
 //! flooding worker never stalls and never grows the host's memory.
 //!
@@ -86,7 +87,13 @@ pub(crate) async fn relay<R: AsyncRead + Unpin>(
 fn emit(label: &str, line: &[u8], truncated: bool) {
     let text: String = String::from_utf8_lossy(line)
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if airlock_codec::is_unsafe_in_text(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
     let marker = if truncated { " [truncated]" } else { "" };
     tracing::info!(target: "airlock::worker_stderr", worker = label, "{text}{marker}");

@@ -36,9 +36,10 @@ const READ_AHEAD: usize = 8;
 const LAST_WORDS: Duration = Duration::from_millis(100);
 /// How long the stderr relay may take to log a dead worker's last lines.
 const STDERR_DRAIN: Duration = Duration::from_millis(50);
-/// Batches queued for the writer task. A worker that stops reading fills this (and its pipe)
-/// and is then treated as dead, without the supervisor ever blocking on a write.
-const WRITE_QUEUE: usize = 1024;
+/// Batches queued for the writer task. When it is full, frames wait in the supervisor's outbox
+/// (bounded: every frame belongs to a call in flight, or is one `Shutdown`); a worker that stops
+/// reading is detected by the writer's send deadline, never by the queue filling up.
+const WRITE_QUEUE: usize = 16;
 /// How long frames already written by an exited worker may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// Longest wait to reap a SIGKILLed worker.
@@ -121,6 +122,7 @@ impl Supervisor {
         let mut backoff = self.settings.restart.initial_backoff;
         loop {
             self.generation += 1;
+            let started = Instant::now();
             let end = match self
                 .launcher
                 .launch(&self.settings, &self.counters.stderr_dropped)
@@ -150,6 +152,10 @@ impl Supervisor {
             if !self.restart_allowed() {
                 tracing::error!(target: "airlock::host", worker = %self.settings.label, "restart budget exhausted; calls now fail fast");
                 return self.exhausted().await;
+            }
+            if started.elapsed() > self.settings.restart.window {
+                // It ran well for a whole window: this failure starts a fresh backoff.
+                backoff = self.settings.restart.initial_backoff;
             }
             if !self.pause(backoff).await {
                 return self.finish();
@@ -297,10 +303,14 @@ impl Supervisor {
             session.handle_frame(hello);
         }
         let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
-        let reader = tokio::spawn(read_frames(receiver, frames_tx));
+        let (raise_tx, raise_rx) = oneshot::channel();
+        let mut raise_tx = Some(raise_tx);
+        let reader = tokio::spawn(read_frames(receiver, frames_tx, raise_rx));
         let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);
         let mut writer = tokio::spawn(write_frames(sender, batches_rx));
         let mut writer_done = false;
+        // Frames the writer queue had no room for yet, oldest first.
+        let mut outbox: Vec<Transmit> = Vec::new();
 
         let mut link = Link {
             responders: HashMap::new(),
@@ -319,6 +329,9 @@ impl Supervisor {
             while let Some(event) = session.poll_event() {
                 match event {
                     Event::Ready(info) => {
+                        if let Some(raise) = raise_tx.take() {
+                            let _ = raise.send(self.settings.protocol.frame_limit());
+                        }
                         if let Some(ready) = ready.take() {
                             let _ = ready.send(Ok(info));
                         }
@@ -334,10 +347,16 @@ impl Supervisor {
             if let Some(reason) = closed {
                 break reason;
             }
-            let batch: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
-            if !batch.is_empty() && batches_tx.try_send(batch).is_err() {
-                session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
-                continue;
+            outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+            if !outbox.is_empty() {
+                match batches_tx.try_send(std::mem::take(&mut outbox)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(batch)) => outbox = batch,
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                        continue;
+                    }
+                }
             }
 
             // 2. Wait for the next input: a command, a frame, time, the process, the writer.
@@ -391,6 +410,11 @@ impl Supervisor {
                     Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
                     Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
                 },
+                permit = batches_tx.reserve(), if !outbox.is_empty() => {
+                    if let Ok(permit) = permit {
+                        permit.send(std::mem::take(&mut outbox));
+                    }
+                },
                 result = &mut writer, if !writer_done => {
                     writer_done = true;
                     if !matches!(result, Ok(Ok(()))) {
@@ -418,7 +442,8 @@ impl Supervisor {
         // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
         // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
         // and answer its lost calls.
-        let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+        let mut last_words = std::mem::take(&mut outbox);
+        last_words.extend(std::iter::from_fn(|| session.poll_transmit()));
         if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
             drop(batches_tx);
             if !writer_done {
@@ -431,8 +456,11 @@ impl Supervisor {
                 }
             }
         }
-        let exit = match exited {
-            Some((info, _)) => Some(info),
+        // A worker that ended by itself (an exit, a crash, a signal from elsewhere) is reported
+        // as exited whatever the session noticed first (often a failed write).
+        let ended_by_itself = exited.map(|(info, _)| info).or_else(|| process.ended());
+        let exit = match ended_by_itself {
+            Some(info) => Some(info),
             None => process.kill_and_reap(REAP_TIMEOUT).await,
         };
         reader.abort();
@@ -451,7 +479,12 @@ impl Supervisor {
         if let WorkerProcess::Task { .. } = process {
             let _ = process.kill_and_reap(REAP_TIMEOUT).await;
         }
-        let reason = lost_reason(&close_reason, exit);
+        let reason = match (&close_reason, ended_by_itself) {
+            (CloseReason::Aborted(AbortReason::TransportFailed), Some(info)) => {
+                LostReason::Exited(info)
+            }
+            _ => lost_reason(&close_reason, exit),
+        };
         if let Some(code) = reason.violation_code() {
             self.counters.violation(code);
             tracing::warn!(target: "airlock::host", worker = %self.settings.label, "protocol violation: {reason}");
@@ -475,6 +508,11 @@ struct Link {
 
 impl Link {
     fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut UnwrapErr<OsRng>) {
+        // A call already past its deadline is not sent: it would only time out on the worker
+        // and take the worker, and every call beside it, down for nothing.
+        if call.deadline <= Instant::now() {
+            return fail(call.reply, CallError::Timeout);
+        }
         match session.begin_call(call.method, call.body, call.deadline, rng) {
             Ok(id) => {
                 self.keys.insert(call.key, id);
@@ -564,9 +602,25 @@ async fn sleep_until_opt(at: Option<Instant>) {
 
 type Incoming = Result<Option<Bytes>, TransportError>;
 
-async fn read_frames(mut receiver: Box<dyn FrameReceiver>, frames: mpsc::Sender<Incoming>) {
+/// Forwards frames to the supervisor. `raise` carries the connection's `max_frame` once the
+/// handshake is done (`recv` is cancel-safe, so switching mid-wait loses nothing).
+async fn read_frames(
+    mut receiver: Box<dyn FrameReceiver>,
+    frames: mpsc::Sender<Incoming>,
+    mut raise: oneshot::Receiver<u32>,
+) {
+    let mut raised = false;
     loop {
-        let item = receiver.recv().await;
+        let item = tokio::select! {
+            item = receiver.recv() => item,
+            max = &mut raise, if !raised => {
+                raised = true;
+                if let Ok(max) = max {
+                    receiver.set_max_frame(max);
+                }
+                continue;
+            }
+        };
         let last = !matches!(item, Ok(Some(_)));
         if frames.send(item).await.is_err() || last {
             return;

@@ -12,42 +12,83 @@ use tokio::process::Command;
 /// Arranges for the child, just before `exec`:
 /// - every descriptor from 3 up to be closed on exec, so nothing the host holds leaks into the
 ///   worker — except `channel` (the inherited socket, if any), which is moved to fd 3;
-/// - SIGKILL when the host thread that spawned it dies (`PR_SET_PDEATHSIG`), and an immediate
-///   exit if the host is already gone.
+/// - SIGKILL when the thread that forked it dies (`PR_SET_PDEATHSIG`) — the dedicated spawner
+///   thread, which lives as long as the host process (see `spawner`) — and an immediate exit
+///   if the host is already gone.
 pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
     let parent = rustix::process::getpid();
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
-    // (close_range, dup2, prctl, getppid) on integers captured by value; it allocates nothing,
-    // takes no lock and touches no shared state, so it is async-signal-safe.
+    // (close_range or fcntl, dup2, prctl, getppid) on integers captured by value; it allocates
+    // nothing (errors are raw OS codes), takes no lock and touches no shared state, so it is
+    // async-signal-safe.
     unsafe {
         command.pre_exec(move || {
-            // Mark every inherited descriptor >= 3 close-on-exec. stdio (0-2) was already set
-            // up by std; its own error-report pipe is close-on-exec anyway.
-            // SAFETY: a plain system call with integer arguments.
-            let marked = libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            if marked != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            close_on_exec_from_3();
             if let Some(fd) = channel {
-                // The documented place for the channel is fd 3. `dup2` leaves the copy without
-                // close-on-exec; the original (numbered above 3) closes on exec.
-                // SAFETY: a plain system call on two integers; `fd` is open in the child
-                // because the parent keeps it open until the spawn has returned.
-                if libc::dup2(fd, 3) != 3 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                move_channel_to_3(fd)?;
             }
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The host may have died before the prctl took effect: then nobody would kill us.
             if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::other("host exited during spawn"));
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });
     }
+}
+
+/// Marks every descriptor from 3 up close-on-exec: `close_range` where the kernel has it
+/// (Linux 5.11+), otherwise one `fcntl` per possible descriptor up to the soft limit.
+/// Async-signal-safe: system calls only.
+fn close_on_exec_from_3() {
+    // SAFETY: a plain system call with integer arguments.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if marked == 0 {
+        return;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
+    let max_fd = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 20) as i32
+    } else {
+        1024
+    };
+    for fd in 3..max_fd {
+        // SAFETY: a plain system call; EBADF for descriptors that are not open is expected.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// Puts the channel at fd 3, the number the worker is told, open across `exec`.
+fn move_channel_to_3(fd: RawFd) -> std::io::Result<()> {
+    const CHANNEL_FD: RawFd = 3;
+    if fd == CHANNEL_FD {
+        // `dup2(3, 3)` would do nothing and leave close-on-exec set: clear it instead.
+        // SAFETY: a plain system call on an integer descriptor that is open.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    if fd < CHANNEL_FD {
+        // std already placed stdio over 0-2: the channel was clobbered.
+        return Err(std::io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // `dup2` leaves the copy without close-on-exec; the original (above 3) closes on exec.
+    // SAFETY: a plain system call on two integers; `fd` is open in the child because the
+    // parent keeps it open until the spawn has returned.
+    if unsafe { libc::dup2(fd, CHANNEL_FD) } != CHANNEL_FD {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -68,9 +68,10 @@ pub(crate) use frame::body_frame_len;
 pub use frame::{decode_frame, Frame, FrameKind, RefuseReason, Transmit, Welcome, TOKEN_LEN};
 pub use framing::{FrameDecoder, LENGTH_PREFIX};
 pub use id::CallId;
+pub use limits::check_timeout;
 pub use limits::{
     HostConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_PROGRESS_PER_CALL, HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT, MIN_MAX_FRAME,
+    DEFAULT_MAX_PROGRESS_PER_CALL, HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT, MAX_TIMEOUT, MIN_MAX_FRAME,
 };
 pub use method::{is_valid_method_name, Method, MethodName, MAX_METHOD_NAME};
 pub use remote_error::{ErrorKind, RemoteError, MAX_ERROR_MESSAGE};

@@ -19,6 +19,10 @@ pub const MIN_MAX_FRAME: u32 = 8192;
 /// `Hello` (1024 names of 64 bytes). An unauthenticated peer cannot make the host buffer more.
 pub const HANDSHAKE_MAX_FRAME: u32 = 128 * 1024;
 
+/// The longest timeout any setting accepts: 365 days. Longer ones are refused rather than
+/// risk overflowing a deadline computed from them.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 /// The largest `max_in_flight` accepted: 65,536 calls per worker.
 pub const MAX_IN_FLIGHT: u32 = 65_536;
 
@@ -97,8 +101,10 @@ impl HostConfig {
         Ok(self)
     }
 
-    /// Time from session start to a valid `Hello`. Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    /// Time from session start to a valid `Hello`. Default [`DEFAULT_HANDSHAKE_TIMEOUT`]; at
+    /// most [`MAX_TIMEOUT`].
     pub fn handshake_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        check_timeout(timeout)?;
         self.handshake_timeout = timeout;
         Ok(self)
     }
@@ -133,4 +139,12 @@ impl HostConfig {
     pub(crate) fn expected_token(&self) -> Option<&[u8; TOKEN_LEN]> {
         self.token.as_ref()
     }
+}
+
+/// Refuses a timeout over [`MAX_TIMEOUT`].
+pub fn check_timeout(timeout: Duration) -> Result<Duration, ConfigError> {
+    if timeout > MAX_TIMEOUT {
+        return Err(ConfigError::TimeoutTooLong(timeout));
+    }
+    Ok(timeout)
 }

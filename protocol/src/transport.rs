@@ -30,6 +30,14 @@ pub trait FrameReceiver: Send {
     /// prefix alone ([`FrameError::TooLarge`](crate::FrameError::TooLarge)); an end of stream
     /// inside a frame is [`FrameError::Truncated`](crate::FrameError::Truncated).
     async fn recv(&mut self) -> Result<Option<Bytes>, TransportError>;
+
+    /// Changes the cap for frames not yet started, keeping what is buffered. A host starts
+    /// its receiver at [`HANDSHAKE_MAX_FRAME`](crate::HANDSHAKE_MAX_FRAME) and raises it once
+    /// the worker has completed its handshake. The default does nothing (for transports that
+    /// frame by other means).
+    fn set_max_frame(&mut self, max_frame: u32) {
+        let _ = max_frame;
+    }
 }
 
 /// A bidirectional frame channel.

@@ -163,4 +163,8 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             }
         }
     }
+
+    fn set_max_frame(&mut self, max_frame: u32) {
+        self.decoder.set_max_frame(max_frame);
+    }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use airlock_codec::Limits;
 use airlock_protocol::{ErrorKind, Method, RemoteError};
 use bytes::Bytes;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::HandlerError;
 
@@ -15,8 +16,10 @@ pub(crate) type Reply = Result<Bytes, RemoteError>;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
-/// A registered method: takes the raw request body, returns the eventual reply.
-pub(crate) type ErasedHandler = Arc<dyn Fn(Bytes, &Limits) -> BoxFuture + Send + Sync>;
+/// A registered method: takes the raw request body, the decoding budgets and the concurrency
+/// permit (held until the handler has really finished), returns the eventual reply.
+pub(crate) type ErasedHandler =
+    Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit) -> BoxFuture + Send + Sync>;
 
 fn bad_request(err: airlock_codec::DecodeError) -> RemoteError {
     RemoteError::new(ErrorKind::BadRequest, &err.to_string())
@@ -42,14 +45,19 @@ where
     Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |body: Bytes, limits: &Limits| -> BoxFuture {
-        let request = airlock_codec::from_slice::<M::Request>(&body, limits);
-        let handler = Arc::clone(&handler);
-        Box::pin(async move {
-            let request = request.map_err(bad_request)?;
-            encode_response(handler(request).await)
-        })
-    })
+    Arc::new(
+        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let _permit = permit;
+                // Decoded inside the call's task: a panicking `Deserialize` is this call's `Panic`,
+                // not the serving loop's death, and a large body does not stall other calls.
+                let request =
+                    airlock_codec::from_slice::<M::Request>(&body, &limits).map_err(bad_request)?;
+                encode_response(handler(request).await)
+            })
+        },
+    )
 }
 
 /// Wraps a blocking handler for method `M`: it runs on tokio's blocking pool, so it cannot
@@ -60,23 +68,31 @@ where
     F: Fn(M::Request) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |body: Bytes, limits: &Limits| -> BoxFuture {
-        let request = airlock_codec::from_slice::<M::Request>(&body, limits);
-        let handler = Arc::clone(&handler);
-        Box::pin(async move {
-            let request = request.map_err(bad_request)?;
-            match tokio::task::spawn_blocking(move || encode_response(handler(request))).await {
-                Ok(reply) => reply,
-                // A panic in the blocking handler: resume it here so the serving loop reports
-                // it the same way as an async handler's panic.
-                Err(join) => match join.try_into_panic() {
-                    Ok(payload) => std::panic::resume_unwind(payload),
-                    Err(_) => Err(RemoteError::new(
-                        ErrorKind::Internal,
-                        "runtime shutting down",
-                    )),
-                },
-            }
-        })
-    })
+    Arc::new(
+        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let request =
+                    airlock_codec::from_slice::<M::Request>(&body, &limits).map_err(bad_request)?;
+                // The permit moves onto the blocking thread: if the call is cancelled, the
+                // handler still runs to its end there, and still counts against the limit.
+                let run = move || {
+                    let _permit = permit;
+                    encode_response(handler(request))
+                };
+                match tokio::task::spawn_blocking(run).await {
+                    Ok(reply) => reply,
+                    // A panic in the blocking handler: resume it here so the serving loop reports
+                    // it the same way as an async handler's panic.
+                    Err(join) => match join.try_into_panic() {
+                        Ok(payload) => std::panic::resume_unwind(payload),
+                        Err(_) => Err(RemoteError::new(
+                            ErrorKind::Internal,
+                            "runtime shutting down",
+                        )),
+                    },
+                }
+            })
+        },
+    )
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use airlock_codec::Limits;
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_protocol::{
-    CallId, CloseReason, ErrorKind, RemoteError, TransportError, WorkerConfig, WorkerEvent,
-    WorkerSession,
+    CallId, CloseReason, ErrorKind, RemoteError, ReplyError, TransportError, WorkerConfig,
+    WorkerEvent, WorkerSession,
 };
 use bytes::Bytes;
 use tokio::sync::{mpsc, Semaphore};
@@ -38,9 +38,22 @@ pub(crate) async fn serve_on<T: Transport>(
 ) -> Result<(), ServeError> {
     let (mut sender, mut receiver) = transport.split();
     let (frames_tx, mut frames_rx) = mpsc::channel::<Incoming>(READ_AHEAD);
+    // The host states the connection's frame cap in its `Welcome`; the reader adopts it.
+    let (raise_tx, mut raise_rx) = tokio::sync::oneshot::channel::<u32>();
+    let mut raise_tx = Some(raise_tx);
     let reader = tokio::spawn(async move {
+        let mut raised = false;
         loop {
-            let item = receiver.recv().await;
+            let item = tokio::select! {
+                item = receiver.recv() => item,
+                max = &mut raise_rx, if !raised => {
+                    raised = true;
+                    if let Ok(max) = max {
+                        receiver.set_max_frame(max);
+                    }
+                    continue;
+                }
+            };
             let last = !matches!(item, Ok(Some(_)));
             if frames_tx.send(item).await.is_err() || last {
                 return;
@@ -62,7 +75,7 @@ pub(crate) async fn serve_on<T: Transport>(
     let outcome = loop {
         // Apply what the session decided (which may queue replies), then write everything
         // it produced in one batch, before waiting for more input.
-        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits) {
+        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits, &mut raise_tx) {
             break end;
         }
         let batch: Vec<_> = std::iter::from_fn(|| session.poll_transmit()).collect();
@@ -79,12 +92,7 @@ pub(crate) async fn serve_on<T: Transport>(
                 Some(Ok(None)) | None | Some(Err(TransportError::Frame(_))) => session.handle_eof(),
                 Some(Err(err)) => break Err(ServeError::Connection(err)),
             },
-            Some((id, reply)) = calls.next_finished() => {
-                let _ = match reply {
-                    Ok(body) => session.reply_return(id, body),
-                    Err(error) => session.reply_fail(id, &error),
-                };
-            }
+            Some((id, reply)) = calls.next_finished() => answer(&mut session, id, reply),
         }
     };
     // Flush what is left (the last replies), then close our side.
@@ -99,15 +107,40 @@ pub(crate) async fn serve_on<T: Transport>(
     outcome
 }
 
+/// Sends a finished call's one terminal frame. A response the session cannot send (larger
+/// than the host's `max_frame`) becomes a `Fail`: a call is never left unanswered.
+fn answer(session: &mut WorkerSession, id: CallId, reply: Reply) {
+    let refused = match reply {
+        Ok(body) => match session.reply_return(id, body) {
+            Err(ReplyError::TooLarge { len, max }) => Some(RemoteError::new(
+                ErrorKind::Limit,
+                &format!("response of {len} bytes exceeds the host's max_frame ({max})"),
+            )),
+            _ => None,
+        },
+        Err(error) => {
+            let _ = session.reply_fail(id, &error);
+            None
+        }
+    };
+    if let Some(error) = refused {
+        let _ = session.reply_fail(id, &error);
+    }
+}
+
 /// Applies the session's events; `Some` when serving should stop with that result.
 fn handle_events(
     session: &mut WorkerSession,
     calls: &mut Calls,
     limits: &mut Limits,
+    raise: &mut Option<tokio::sync::oneshot::Sender<u32>>,
 ) -> Option<Result<(), ServeError>> {
     while let Some(event) = session.poll_event() {
         match event {
             WorkerEvent::Welcomed(welcome) => {
+                if let Some(raise) = raise.take() {
+                    let _ = raise.send(welcome.max_frame);
+                }
                 *limits = Limits::default()
                     .max_bytes(welcome.max_frame as usize)
                     .max_len(welcome.max_frame as usize);
@@ -170,12 +203,20 @@ impl Calls {
                 &format!("this worker serves no method named {method:?}"),
             ));
         };
-        let future = handler(body, limits);
+        let handler = Arc::clone(handler);
         let permits = Arc::clone(&self.permits);
+        let limits = *limits;
         let handle = self.tasks.spawn(async move {
+            // The permit travels with the handler (a blocking one keeps it on its thread
+            // even after this task is aborted), so `max_concurrency` bounds what really runs.
             // Closed only when the loop ends, and then nobody awaits this task.
-            let _permit = permits.acquire_owned().await;
-            (id, future.await)
+            let Ok(permit) = permits.acquire_owned().await else {
+                return (
+                    id,
+                    Err(RemoteError::new(ErrorKind::Internal, "worker stopping")),
+                );
+            };
+            (id, handler(body, limits, permit).await)
         });
         self.by_task.insert(handle.id(), id);
         self.handles.insert(id, handle);

@@ -1,0 +1,300 @@
+//! Adversarial review of the host runtime, in process (same codec, sessions and supervisor as a
+//! real worker, no process). Each test asserts the SAFE behaviour: a failing test is a
+//! reproduced defect. See the review report for the analysis behind each one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_host::{CallError, Host, InProcess};
+use airlock_protocol::{ErrorKind, HostConfig, Method};
+use airlock_worker::builtin::{builtin_worker, Sleep, Sum};
+use airlock_worker::Worker;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_bytes::ByteBuf;
+
+/// A method whose handler answers `n` zero bytes.
+struct Big;
+impl Method for Big {
+    const NAME: &'static str = "big";
+    type Request = u32;
+    type Response = ByteBuf;
+}
+
+fn sleep_method(worker: Worker) -> Worker {
+    worker.method::<Sleep, _, _>(|millis| async move {
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        Ok(millis)
+    })
+}
+
+/// Worker side (serve.rs): a handler whose encoded response does not fit in `max_frame` makes
+/// `WorkerSession::reply_return` fail with `TooLarge`, and the serving loop discards that error
+/// (`let _ = ...`). The call never gets a terminal frame: the host waits for the whole deadline,
+/// then kills the worker, taking every sibling call with it. Safe: the worker answers with a
+/// `Fail` at once (THREAT-MODEL lesson 5, "silent loss").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_handler_response_is_answered_not_dropped() {
+    let builder = Host::builder("in-process")
+        .protocol(HostConfig::default().max_frame(64 * 1024).unwrap())
+        .call_timeout(Duration::from_secs(3));
+    let host = InProcess::with_builder(builder, || {
+        sleep_method(
+            Worker::new()
+                .method::<Big, _, _>(|n| async move { Ok(ByteBuf::from(vec![0u8; n as usize])) }),
+        )
+    })
+    .await
+    .unwrap();
+    let sibling = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&1_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let started = Instant::now();
+    let big = host.call::<Big>(&100_000).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(big, Err(CallError::Remote(_))),
+        "an oversized response must fail as data, got {big:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(1), "the call hung for {took:?}");
+    assert_eq!(
+        sibling.await.unwrap(),
+        Ok(1_000),
+        "a sibling call was lost with it"
+    );
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
+/// Supervisor: a call whose deadline has already passed when it reaches a ready worker is sent
+/// anyway (`Link::begin` never looks at the deadline), and the next `handle_timeout` closes
+/// the session with `CallTimeout`: the worker is killed and every sibling call is lost with
+/// `OtherCallTimedOut`. The `waiting` path (`expire_waiting`) does the right thing: it fails
+/// such a call with `Timeout` without sending it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_already_expired_call_does_not_kill_the_worker_under_its_siblings() {
+    let host = InProcess::new(builtin_worker).await.unwrap();
+    let sibling = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&300).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let expired = host
+        .call_with_deadline::<Sum>(&vec![1], Instant::now())
+        .await;
+    assert_eq!(expired, Err(CallError::Timeout));
+    assert_eq!(
+        sibling.await.unwrap(),
+        Ok(300),
+        "a call that was never going to run killed the worker under its sibling"
+    );
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
+/// Consequence of the above plus a restart budget that never recovers (`exhausted` is
+/// terminal): six calls whose deadline already passed, each made while a worker is ready,
+/// disable the host for good. Nothing the worker did caused any of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn already_expired_calls_do_not_exhaust_the_restart_budget() {
+    let host = InProcess::new(builtin_worker).await.unwrap();
+    for round in 0..6 {
+        // Waits for the replacement worker, so the next call finds one ready.
+        assert_eq!(host.call::<Sum>(&vec![1]).await, Ok(1), "round {round}");
+        // 20 ms of work, so the in-process worker cannot answer before the timer fires.
+        let expired = host.call_with_deadline::<Sleep>(&20, Instant::now()).await;
+        assert_eq!(expired, Err(CallError::Timeout), "round {round}");
+    }
+    assert!(
+        host.host().is_alive(),
+        "expired deadlines spent the restart budget: stats {:?}",
+        host.stats()
+    );
+    assert_eq!(host.call::<Sum>(&vec![2]).await, Ok(2));
+    host.shutdown().await;
+}
+
+/// A request type whose `Deserialize` panics on 13 (a validating newtype using `assert!`).
+#[derive(Serialize)]
+struct Trap(u32);
+impl<'de> Deserialize<'de> for Trap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = u32::deserialize(d)?;
+        assert!(v != 13, "unlucky request");
+        Ok(Trap(v))
+    }
+}
+struct TrapHost;
+impl Method for TrapHost {
+    const NAME: &'static str = "trap";
+    type Request = u32;
+    type Response = u32;
+}
+struct TrapWorker;
+impl Method for TrapWorker {
+    const NAME: &'static str = "trap";
+    type Request = Trap;
+    type Response = u32;
+}
+
+/// Worker side (handler.rs `erase_async`/`erase_blocking`): the request is decoded
+/// synchronously on the serving loop, outside the call's task, so a panic in the request
+/// type's `Deserialize` is not caught as a `Panic` failure: it unwinds through the serving
+/// loop, the worker dies and every sibling call on it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_request_decoder_is_a_panic_failure_not_a_dead_worker() {
+    let host = InProcess::new(|| {
+        sleep_method(Worker::new().method::<TrapWorker, _, _>(|t: Trap| async move { Ok(t.0) }))
+    })
+    .await
+    .unwrap();
+    let sibling = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&300).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match host.call::<TrapHost>(&13).await {
+        Err(CallError::Remote(e)) => assert_eq!(e.kind(), ErrorKind::Panic),
+        other => panic!("expected a Panic failure, got {other:?}"),
+    }
+    assert_eq!(sibling.await.unwrap(), Ok(300), "a sibling call was lost");
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
+struct LieHost;
+impl Method for LieHost {
+    const NAME: &'static str = "lie";
+    type Request = ();
+    type Response = u64;
+}
+struct LieWorker;
+impl Method for LieWorker {
+    const NAME: &'static str = "lie";
+    type Request = ();
+    type Response = String;
+}
+struct After;
+impl Method for After {
+    const NAME: &'static str = "after";
+    type Request = ();
+    type Response = u64;
+}
+
+/// host.rs:250 says of an undecodable response: "it is killed before it can answer anything
+/// else". It is not: the decode happens in the caller's task and the `Abort` travels back
+/// through the command channel, while the supervisor keeps delivering frames the liar already
+/// sent. Here the liar answers `lie` with bytes that are not a `u64`, then answers `after`
+/// immediately; `after` is delivered as a success. (Within the stated residual — the liar could
+/// have lied in `after`'s answer anyway — but the documented guarantee does not hold.)
+#[tokio::test]
+#[ignore = "documented residual (SECURITY.md: answer other calls briefly after lying); host.rs comment overclaims"]
+async fn a_liar_is_cut_off_before_it_answers_a_sibling() {
+    let host = InProcess::new(|| {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let signal = Arc::clone(&notify);
+        Worker::new()
+            .method::<LieWorker, _, _>(move |()| {
+                let signal = Arc::clone(&signal);
+                async move {
+                    signal.notify_one();
+                    Ok("xyz".to_string())
+                }
+            })
+            .method::<After, _, _>(move |()| {
+                let notify = Arc::clone(&notify);
+                async move {
+                    notify.notified().await;
+                    Ok(7)
+                }
+            })
+    })
+    .await
+    .unwrap();
+    let (after, lie) = tokio::join!(host.call::<After>(&()), async {
+        // Let `after` be dispatched first, so both are running when `lie` answers.
+        tokio::task::yield_now().await;
+        host.call::<LieHost>(&()).await
+    });
+    assert!(matches!(lie, Err(CallError::Decode(_))), "{lie:?}");
+    assert!(
+        after.is_err(),
+        "the worker that lied was still trusted with the next answer: {after:?}"
+    );
+    host.shutdown().await;
+}
+
+struct Busy;
+impl Method for Busy {
+    const NAME: &'static str = "busy";
+    type Request = u64;
+    type Response = ();
+}
+
+/// Worker side (serve.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
+/// lives in the call's async task, which a `Cancel` aborts at once while the blocking handler
+/// keeps running on its thread. The permit is released with the handler still running, so
+/// `max_concurrency(1)` admits a second handler next to it; a host that cancels repeatedly
+/// runs unboundedly many (up to tokio's blocking-pool cap) at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_blocking_handlers_still_count_against_max_concurrency() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (r, m) = (Arc::clone(&running), Arc::clone(&most));
+    let host = InProcess::new(move || {
+        let (running, most) = (Arc::clone(&r), Arc::clone(&m));
+        Worker::new()
+            .max_concurrency(1)
+            .blocking_method::<Busy, _>(move |millis| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(millis));
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            })
+    })
+    .await
+    .unwrap();
+    // Start a 400 ms handler and drop its call after 50 ms (cancel-on-drop).
+    let dropped = tokio::time::timeout(Duration::from_millis(50), host.call::<Busy>(&400)).await;
+    assert!(dropped.is_err());
+    // The next call should wait for the slot; instead it runs beside the cancelled one.
+    assert_eq!(host.call::<Busy>(&10).await, Ok(()));
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "max_concurrency(1) ran two handlers at once"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    host.shutdown().await;
+}
+
+/// config: `HostConfig::handshake_timeout` (and `HostBuilder::shutdown_grace`,
+/// `call_timeout`) accept any `Duration`, and the supervisor adds them to `Instant::now()`
+/// unchecked. A "practically infinite" handshake timeout panics the supervisor task, which
+/// surfaces as a spawn failure "supervisor ended" (and with `shutdown_grace` the panic comes at
+/// shutdown, leaving the worker's process group unkilled). Safe: refuse the value as a
+/// `SpawnError::Config`, or saturate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_duration_is_refused_not_a_supervisor_panic() {
+    // The protocol's own setter refuses it outright...
+    assert!(matches!(
+        HostConfig::default().handshake_timeout(Duration::MAX),
+        Err(airlock_protocol::ConfigError::TimeoutTooLong(_))
+    ));
+    // ...and the host's builder settings are checked before anything starts.
+    for builder in [
+        Host::builder("in-process").shutdown_grace(Duration::MAX),
+        Host::builder("in-process").call_timeout(Duration::MAX),
+        Host::builder("in-process").send_timeout(Duration::MAX),
+    ] {
+        match InProcess::with_builder(builder, builtin_worker).await {
+            Err(airlock_host::SpawnError::Config(_)) => {}
+            Ok(_) => panic!("an out-of-range duration was accepted"),
+            Err(other) => panic!("the supervisor died: {other}"),
+        }
+    }
+}

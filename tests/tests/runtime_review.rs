@@ -1,0 +1,346 @@
+//! Adversarial review of the host runtime, end to end with real processes. Each test asserts
+//! the SAFE behaviour: a failing test is a reproduced defect (see the review report).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
+use airlock_protocol::{HostConfig, ViolationCode};
+use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_worker::builtin::{Echo, Pid, Sleep};
+use serde_bytes::ByteBuf;
+
+fn no_restarts() -> RestartPolicy {
+    RestartPolicy {
+        max_restarts: 0,
+        ..RestartPolicy::default()
+    }
+}
+
+/// True if a process with this pid exists and is not a zombie.
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("airlock-review-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A worker that is a shell script (it never says hello unless told to).
+fn sh_worker(script: &str) -> airlock_host::HostBuilder {
+    Host::builder("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .env("PATH", "/usr/bin:/bin")
+}
+
+/// sys.rs: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the
+/// host process. tokio runs the supervisor (which forks every worker) on a runtime worker
+/// thread, and runtime threads are retired in normal operation: after `block_in_place` the
+/// old worker thread returns to the blocking pool and exits after `thread_keep_alive`. The
+/// healthy worker then receives SIGKILL although nothing failed; with a restart budget of 0
+/// (or after a few such events) the host is dead for good.
+#[test]
+fn a_worker_survives_the_exit_of_the_runtime_thread_that_forked_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_keep_alive(Duration::from_millis(50))
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let host = Host::builder(worker_bin())
+            .restart_policy(no_restarts())
+            .spawn()
+            .await
+            .unwrap();
+        let pid = host.call::<Pid>(&()).await.unwrap();
+        // An unrelated task uses block_in_place: its worker thread (the one that ran the
+        // supervisor and forked the worker) hands its core over and later exits.
+        tokio::spawn(async {
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(10)));
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            process_alive(pid),
+            "the healthy worker {pid} was killed when a runtime thread exited"
+        );
+        assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+        host.shutdown().await;
+    });
+}
+
+/// HostSession caps frames at HANDSHAKE_MAX_FRAME (128 KiB) until a valid Hello ("an
+/// unauthenticated peer cannot make the host buffer more"), but the pipe transport's own
+/// decoder (spawn.rs `stream_config`) is built with the full `max_frame` (16 MiB by default),
+/// and it is the transport that buffers. A length prefix of 1 MiB before the Hello is not
+/// refused: the host waits for (and would buffer) the whole megabyte, and only the handshake
+/// deadline ends it. Safe: refused at the prefix with FrameTooLarge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_frame_before_the_hello_is_refused_from_its_prefix() {
+    let started = Instant::now();
+    let result = sh_worker(r"printf '\000\000\020\000'; exec sleep 30")
+        .protocol(
+            HostConfig::default()
+                .handshake_timeout(Duration::from_secs(3))
+                .unwrap(),
+        )
+        .spawn()
+        .await;
+    let took = started.elapsed();
+    match result {
+        Err(SpawnError::Handshake(LostReason::Violation(v))) => {
+            assert_eq!(v.code, ViolationCode::FrameTooLarge)
+        }
+        other => panic!(
+            "a 1 MiB frame before the Hello was not refused from its prefix: {:?} after {took:?}",
+            other.map(|_| ())
+        ),
+    }
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+/// The inode of the pipe `pid`'s descriptor `fd` points at ("pipe:[123]").
+fn pipe_of(pid: u32, fd: u32) -> Option<String> {
+    let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let target = target.to_string_lossy().into_owned();
+    target.starts_with("pipe:").then_some(target)
+}
+
+fn host_holds(pipe: &str) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|t| t.to_string_lossy() == pipe)
+}
+
+/// Starts a worker whose grandchild leaves the process group (setsid), closes stdin/stdout and
+/// keeps stderr, printing to it; the worker itself then exits without a Hello. Returns the
+/// grandchild's pid.
+async fn spawn_with_escaped_grandchild(dir: &std::path::Path) -> u32 {
+    let mark = dir.join("grandchild");
+    let script = format!(
+        "setsid sh -c 'echo $$ > {mark}; exec </dev/null >/dev/null; \
+         while :; do echo escaped-tick >&2; sleep 0.05; done' & \
+         while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
+        mark = mark.display()
+    );
+    let result = sh_worker(&script).spawn().await;
+    assert!(result.is_err(), "the script never says hello");
+    std::fs::read_to_string(&mark)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// supervisor.rs `drive`: the stderr relay gets 50 ms after the worker is reaped, then its
+/// JoinHandle is dropped, which detaches the task rather than stopping it. A descendant that
+/// escaped the process-group kill keeps the relay (and the host's end of the stderr pipe)
+/// alive after the worker is gone — after the host is gone, in fact — logging under the dead
+/// worker's label. One leaked task and descriptor per lost worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_of_a_lost_worker_stays_open_in_the_host() {
+    let dir = scratch("relay");
+    let grandchild = spawn_with_escaped_grandchild(&dir).await;
+    let pipe = pipe_of(grandchild, 2).expect("grandchild stderr is the worker's stderr pipe");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let leaked = host_holds(&pipe);
+    // Clean up the process this test started, by its id.
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(grandchild as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    assert!(
+        !leaked,
+        "the host still reads {pipe}, the stderr of a worker it already lost"
+    );
+}
+
+/// launch.rs/sys.rs: the worker is killed with `kill_process_group`, and PR_SET_PDEATHSIG is not
+/// inherited across fork, so a descendant that calls setsid() survives every kill. Residual
+/// of process-group containment (needs a cgroup or PID namespace to close); it should be
+/// written down where users read it, since the docs say "SIGKILLed with its whole process group
+/// ... everything it started". The descendant here writes nothing (a writer would die of
+/// SIGPIPE once the host closes its pipes, which would make this test pass vacuously).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "documented residual (SECURITY.md): needs a PID namespace or cgroup"]
+async fn a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
+    let dir = scratch("setsid");
+    let mark = dir.join("grandchild");
+    let script = format!(
+        "setsid sh -c 'echo $$ > {mark}; exec </dev/null >/dev/null 2>/dev/null; exec sleep 1000' & \
+         while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
+        mark = mark.display()
+    );
+    assert!(sh_worker(&script).spawn().await.is_err());
+    let grandchild: u32 = std::fs::read_to_string(&mark)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let alive = process_alive(grandchild);
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(grandchild as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    assert!(!alive, "descendant {grandchild} outlived its killed worker");
+}
+
+/// supervisor.rs: the writer queue (`WRITE_QUEUE` = 1024 batches) overflowing is treated as "the
+/// worker stopped reading", but its occupancy depends on how many calls and cancels the
+/// *callers* issue while one write is pending, not on how long the worker has not read. An
+/// honest worker that is busy for 1.5 s (well under the 5 s send timeout) while callers start
+/// 1,000 calls and drop 500 of them is killed with TransportFailed, and every call on it is
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_briefly_busy_honest_worker_is_not_killed_by_a_burst_of_calls() {
+    let host = Host::builder(rogue_bin())
+        .arg("honest")
+        .call_timeout(Duration::from_secs(20))
+        .spawn()
+        .await
+        .unwrap();
+    // The rogue serves one call at a time and does not read while it sleeps.
+    let sleeper = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let body = ByteBuf::from(vec![7u8; 2048]);
+    let mut calls: Vec<_> = (0..1000)
+        .map(|_| {
+            let host = host.clone();
+            let body = body.clone();
+            tokio::spawn(async move { host.call::<Echo>(&body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for call in calls.drain(..500) {
+        call.abort();
+    }
+    assert_eq!(
+        sleeper.await.unwrap(),
+        Ok(1_500),
+        "the busy worker was declared dead"
+    );
+    for call in calls {
+        assert_eq!(call.await.unwrap(), Ok(body.clone()));
+    }
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
+// ----- stderr relay: log forging with Unicode separators -----
+
+#[derive(Default)]
+struct Captured(Mutex<Vec<String>>);
+
+struct Capture(Arc<Captured>);
+
+struct MessageVisitor(String);
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            use std::fmt::Write;
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if event.metadata().target() == "airlock::worker_stderr" {
+            let mut visitor = MessageVisitor(String::new());
+            event.record(&mut visitor);
+            self.0 .0.lock().unwrap().push(visitor.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn captured() -> &'static Arc<Captured> {
+    static CELL: OnceLock<Arc<Captured>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        let captured = Arc::new(Captured::default());
+        tracing::subscriber::set_global_default(Capture(Arc::clone(&captured)))
+            .expect("no other subscriber in this test binary");
+        captured
+    })
+}
+
+/// stderr.rs `emit` replaces only `char::is_control` characters. U+2028/U+2029 (line and
+/// paragraph separators) and the bidi overrides are not controls, so a worker can still split
+/// or visually rewrite the host's log lines — the very characters the protocol's error
+/// messages refuse (`airlock_codec::is_unsafe_in_text`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_stderr_cannot_forge_log_lines_with_unicode_separators() {
+    let captured = captured();
+    // U+2028 LINE SEPARATOR, then U+202E RIGHT-TO-LEFT OVERRIDE.
+    let _ = sh_worker(
+        r"printf 'review-marker ok\342\200\250airlock::host: worker healthy \342\200\256gnp.exe\n' >&2; exit 0",
+    )
+    .spawn()
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let line = loop {
+        let found = captured
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("review-marker"))
+            .cloned();
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "the stderr line never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let unsafe_chars: Vec<char> = line
+        .chars()
+        .filter(|c| airlock_codec::is_unsafe_in_text(*c))
+        .collect();
+    assert!(
+        unsafe_chars.is_empty(),
+        "relayed to the host log unescaped: {unsafe_chars:?} in {line:?}"
+    );
+}
+
+/// Sanity check of the harness the tests above rely on: a normal call on the real worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_sanity() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    assert!(host.call::<Pid>(&()).await.is_ok());
+    assert!(matches!(
+        host.call_with_deadline::<Sleep>(&0, Instant::now() + Duration::from_secs(5))
+            .await,
+        Ok(0)
+    ));
+    let _ = CallError::Timeout;
+    host.shutdown().await;
+}
