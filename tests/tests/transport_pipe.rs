@@ -6,8 +6,4 @@ use airlock_tests::transport_suite::PipeFixture;
 #[global_allocator]
 static ALLOC: PeakAlloc = PeakAlloc;
 
-airlock_tests::transport_suite!(
-    PipeFixture,
-    close_known_broken = "transport-pipe: StreamSender::close calls shutdown(), a no-op for tokio \
-                          pipe ends, so the peer sees end of stream only once the sender is dropped"
-);
+airlock_tests::transport_suite!(PipeFixture);

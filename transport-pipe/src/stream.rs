@@ -76,7 +76,7 @@ where
     fn split(self) -> (StreamSender<W>, StreamReceiver<R>) {
         (
             StreamSender {
-                writer: self.writer,
+                writer: Some(self.writer),
                 send_timeout: self.config.send_timeout,
             },
             StreamReceiver {
@@ -90,7 +90,9 @@ where
 /// The write half of a [`StreamTransport`].
 #[derive(Debug)]
 pub struct StreamSender<W> {
-    writer: W,
+    /// `None` once closed: dropping the writer is what ends the stream for a pipe, whose
+    /// `shutdown` does nothing.
+    writer: Option<W>,
     send_timeout: Duration,
 }
 
@@ -129,14 +131,22 @@ async fn write_batch<W: AsyncWrite + Unpin>(
 #[async_trait]
 impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
     async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError> {
-        match tokio::time::timeout(self.send_timeout, write_batch(&mut self.writer, batch)).await {
+        let writer = self.writer.as_mut().ok_or(TransportError::Closed)?;
+        match tokio::time::timeout(self.send_timeout, write_batch(writer, batch)).await {
             Ok(result) => result.map_err(io_error),
             Err(_) => Err(TransportError::SendTimeout),
         }
     }
 
     async fn close(&mut self) -> Result<(), TransportError> {
-        match tokio::time::timeout(self.send_timeout, self.writer.shutdown()).await {
+        let Some(mut writer) = self.writer.take() else {
+            return Ok(());
+        };
+        // `shutdown` flushes and, for sockets, half-closes; dropping the writer then closes
+        // the descriptor, which is what a pipe's reader sees as end of stream.
+        let result = tokio::time::timeout(self.send_timeout, writer.shutdown()).await;
+        drop(writer);
+        match result {
             Ok(result) => result.map_err(io_error),
             Err(_) => Err(TransportError::SendTimeout),
         }

@@ -1,0 +1,109 @@
+//! Second adversarial review: attacks on the fixes of 67e1548, 7698143 and 9799efb, end to end
+//! with real processes. Each test asserts the SAFE behaviour: a failing test is a reproduced
+//! defect (see the review report).
+
+use std::time::{Duration, Instant};
+
+use airlock_codec::Limits;
+use airlock_host::{CallError, Host, RestartPolicy};
+use airlock_protocol::HostConfig;
+use airlock_tests::e2e::worker_bin;
+use airlock_worker::builtin::{fnv1a, Digest, Echo, Pid, Sleep};
+use serde_bytes::ByteBuf;
+
+/// worker/src/serve.rs reader task + the `raise` oneshot (9799efb / 67e1548 "worker keeps
+/// frames buffered behind Welcome"). The bundled worker's transport starts at
+/// `DEFAULT_MAX_FRAME` (env_transport.rs) and adopts the host's `max_frame` only once the
+/// serving loop has *processed* the `Welcome` and sent it through the oneshot. But the reader
+/// task goes straight back into `recv()` after handing the `Welcome` over, and `recv()` decodes
+/// the next length prefix synchronously from what is already buffered. Calls queued while a
+/// worker (re)starts are written in the same batch as the `Welcome`, so the next prefix is
+/// already there: a `Call` larger than 16 MiB (legal: the host configured 32 MiB) is refused as
+/// `TooLarge` by the worker's old cap, the worker treats it as end of stream and exits, and the
+/// call is lost although neither side did anything wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
+    let max_frame = 32 * 1024 * 1024;
+    let host = Host::builder(worker_bin())
+        .protocol(HostConfig::default().max_frame(max_frame).unwrap())
+        .limits(
+            Limits::default()
+                .max_bytes(max_frame as usize)
+                .max_len(max_frame as usize),
+        )
+        .restart_policy(RestartPolicy {
+            max_restarts: 10,
+            initial_backoff: Duration::from_millis(200),
+            ..RestartPolicy::default()
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let payload = vec![7u8; 20 * 1024 * 1024];
+    // Sanity: a large call on a running worker works (the Welcome was processed long ago).
+    assert_eq!(
+        host.call::<Digest>(&ByteBuf::from(payload.clone())).await,
+        Ok(fnv1a(&payload))
+    );
+    let first = host.call::<Pid>(&()).await.unwrap();
+    // Make the worker miss a deadline: it is killed and a new one starts after the backoff.
+    let missed = host
+        .call_with_deadline::<Sleep>(&5_000, Instant::now() + Duration::from_millis(50))
+        .await;
+    assert_eq!(missed, Err(CallError::Timeout));
+    // This call waits for the new worker and is sent right behind its Welcome.
+    let digest = host.call::<Digest>(&ByteBuf::from(payload.clone())).await;
+    let second = host.call::<Pid>(&()).await;
+    assert_ne!(Ok(first), second, "the worker was replaced");
+    assert_eq!(
+        digest,
+        Ok(fnv1a(&payload)),
+        "a legal {}-byte call sent behind the Welcome was lost",
+        payload.len()
+    );
+    assert_eq!(
+        host.stats().restarts,
+        1,
+        "the new worker died on the call behind its Welcome"
+    );
+    host.shutdown().await;
+}
+
+/// worker/src/serve.rs `answer()` (9799efb "oversized responses answered with Fail(Limit)").
+/// The fix only covers responses over `max_frame`. The host decodes every response with its own
+/// `Limits` (default `max_bytes` 16 MiB), which is smaller than the default `max_frame`
+/// (16 MiB + 4 KiB), and treats any decode failure as "the worker lied" (`Command::Abort`):
+/// the honest worker is SIGKILLed and every other call on it is lost. An honest echo of a
+/// payload the host itself was allowed to send is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let pid = host.call::<Pid>(&()).await.unwrap();
+    let bystander = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // 16 MiB + 64 bytes: the request fits max_frame and the worker's budget (raised to max_frame
+    // by the Welcome); the identical response does not fit the host's default Limits.
+    let payload = vec![1u8; 16 * 1024 * 1024 + 64];
+    let echoed = host.call::<Echo>(&ByteBuf::from(payload)).await;
+    assert!(
+        matches!(
+            echoed,
+            Err(CallError::Decode(_)) | Err(CallError::Remote(_))
+        ),
+        "{echoed:?}"
+    );
+    assert_eq!(
+        bystander.await.unwrap(),
+        Ok(1_500),
+        "an unrelated call was lost because an honest response exceeded the host's decode limits"
+    );
+    assert_eq!(
+        host.call::<Pid>(&()).await,
+        Ok(pid),
+        "the honest worker was killed"
+    );
+    host.shutdown().await;
+}
