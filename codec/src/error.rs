@@ -156,13 +156,39 @@ impl core::error::Error for DecodeError {}
 impl core::error::Error for EncodeError {}
 
 /// True for characters that can forge or hide text where a message is shown: control
-/// characters, line and paragraph separators, and the invisible format and bidirectional
-/// controls ("Trojan Source").
+/// characters (Cc), line and paragraph separators (Zl, Zp), format characters (Cf: bidi
+/// controls, zero-width characters, tags, interlinear annotations...), and every other
+/// Unicode default-ignorable code point (variation selectors, fillers, invisible operators).
+///
+/// The ranges are Unicode 16's `General_Category=Cf|Cc|Zl|Zp` and
+/// `Default_Ignorable_Code_Point`, written out because `core` has no category tables. Such
+/// characters are refused in error messages from a worker and escaped or replaced wherever a
+/// host shows text that came from one.
 pub fn is_unsafe_in_text(c: char) -> bool {
     c.is_control()
         || matches!(c,
-            '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+            '\u{00AD}'                    // soft hyphen
+            | '\u{034F}'                  // combining grapheme joiner
+            | '\u{0600}'..='\u{0605}'     // Arabic number signs (Cf)
+            | '\u{061C}'                  // Arabic letter mark
+            | '\u{06DD}' | '\u{070F}'     // Arabic/Syriac end-of-ayah marks (Cf)
+            | '\u{0890}'..='\u{0891}' | '\u{08E2}'
+            | '\u{115F}'..='\u{1160}'     // Hangul fillers
+            | '\u{17B4}'..='\u{17B5}'     // Khmer inherent vowels
+            | '\u{180B}'..='\u{180F}'     // Mongolian variation selectors and vowel separator
+            | '\u{200B}'..='\u{200F}'     // zero-width space/joiners, LRM, RLM
+            | '\u{2028}'..='\u{202E}'     // line/paragraph separators, bidi embeddings
+            | '\u{2060}'..='\u{206F}'     // word joiner, invisible operators, bidi isolates
+            | '\u{3164}'                  // Hangul filler
+            | '\u{FE00}'..='\u{FE0F}'     // variation selectors
+            | '\u{FEFF}'                  // zero-width no-break space (BOM)
+            | '\u{FFA0}'                  // halfwidth Hangul filler
+            | '\u{FFF0}'..='\u{FFFB}'     // unassigned specials, interlinear annotations
+            | '\u{110BD}' | '\u{110CD}'   // Kaithi number signs (Cf)
+            | '\u{13430}'..='\u{1345F}'   // Egyptian hieroglyph format controls
+            | '\u{1BCA0}'..='\u{1BCA3}'   // shorthand format controls
+            | '\u{1D173}'..='\u{1D17A}'   // musical symbol format controls
+            | '\u{E0000}'..='\u{E0FFF}') // tags and variation selectors supplement
 }
 
 /// Keeps at most [`MAX_CUSTOM_MESSAGE`] bytes of `msg`, cut on a character boundary, with every

@@ -99,7 +99,8 @@ pub(crate) struct Settings {
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) transport: TransportChoice,
-    pub(crate) limits: Limits,
+    /// Response budgets set by the caller; `None` derives them from `max_frame`.
+    pub(crate) limits: Option<Limits>,
     pub(crate) protocol: HostConfig,
     pub(crate) call_timeout: Duration,
     pub(crate) shutdown_grace: Duration,
@@ -110,6 +111,16 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// The budgets responses are decoded under. By default the byte budgets match the frame
+    /// cap, so any response an honest worker can send decodes; a caller's own, smaller budgets
+    /// make a larger response a decode failure (which is fatal to the worker).
+    pub(crate) fn response_limits(&self) -> Limits {
+        self.limits.unwrap_or_else(|| {
+            let frame = self.protocol.frame_limit() as usize;
+            Limits::default().max_bytes(frame).max_len(frame)
+        })
+    }
+
     /// Refuses durations that could overflow a deadline computed from them.
     pub(crate) fn validate(&self) -> Result<(), airlock_protocol::ConfigError> {
         let restart = &self.restart;
@@ -137,7 +148,7 @@ impl Settings {
             env: Vec::new(),
             cwd: None,
             transport: TransportChoice::default(),
-            limits: Limits::default(),
+            limits: None,
             protocol: HostConfig::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,

@@ -52,10 +52,13 @@ impl HostBuilder {
         self
     }
 
-    /// Budgets for decoding the worker's responses. Default [`Limits::default`].
+    /// Budgets for decoding the worker's responses. Default: [`Limits::default`] with
+    /// `max_bytes` and `max_len` raised to the frame cap, so every response an honest worker
+    /// can send fits. Budgets smaller than the frame cap make a larger response a decode
+    /// failure, which is fatal to the worker (it cannot know the host's budget).
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.settings.limits = limits;
+        self.settings.limits = Some(limits);
         self
     }
 
@@ -186,7 +189,7 @@ impl Host {
                 alive,
                 next_key: AtomicU64::new(0),
                 call_timeout: settings.call_timeout,
-                limits: settings.limits,
+                limits: settings.response_limits(),
                 worker,
             }),
         })

@@ -21,6 +21,9 @@ use crate::config::StderrPolicy;
 
 const CHUNK: usize = 8192;
 
+/// Once the worker is gone, how long a read may wait for its last buffered lines.
+const LAST_LINES_WAIT: Duration = Duration::from_millis(10);
+
 /// Relays `stderr` until it ends. `dropped` counts lines not relayed (over rate or length).
 pub(crate) async fn relay<R: AsyncRead + Unpin>(
     mut stderr: R,
@@ -37,11 +40,12 @@ pub(crate) async fn relay<R: AsyncRead + Unpin>(
     let mut in_window = 0u32;
     loop {
         let read = if stopping {
-            // Take only what is already buffered: a read that would wait ends the relay.
-            tokio::select! {
-                biased;
-                read = stderr.read(&mut chunk) => read,
-                () = std::future::ready(()) => break,
+            // Take what is already buffered: a read that finds nothing within a few
+            // milliseconds ends the relay. (Not "the first Pending": that can also mean the
+            // runtime's task budget ran out, or the data's wake-up is still on its way.)
+            match tokio::time::timeout(LAST_LINES_WAIT, stderr.read(&mut chunk)).await {
+                Ok(read) => read,
+                Err(_) => break,
             }
         } else {
             tokio::select! {

@@ -34,8 +34,8 @@ use crate::{CallError, ExitInfo, LostReason, SpawnError};
 const READ_AHEAD: usize = 8;
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
-/// How long the stderr relay may take to log a dead worker's last lines.
-const STDERR_DRAIN: Duration = Duration::from_millis(50);
+/// How long the stderr relay may take to log a dead worker's last lines (then it is aborted).
+const STDERR_DRAIN: Duration = Duration::from_millis(100);
 /// Batches queued for the writer task. When it is full, frames wait in the supervisor's outbox
 /// (bounded: every frame belongs to a call in flight, or is one `Shutdown`); a worker that stops
 /// reading is detected by the writer's send deadline, never by the queue filling up.
@@ -442,8 +442,10 @@ impl Supervisor {
         // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
         // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
         // and answer its lost calls.
-        let mut last_words = std::mem::take(&mut outbox);
-        last_words.extend(std::iter::from_fn(|| session.poll_transmit()));
+        // Only the session's own last frames: what waited in the outbox (calls now reported
+        // lost) must never reach a worker that is being put down.
+        outbox.clear();
+        let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
         if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
             drop(batches_tx);
             if !writer_done {

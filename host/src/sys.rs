@@ -17,13 +17,16 @@ use tokio::process::Command;
 ///   if the host is already gone.
 pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
     let parent = rustix::process::getpid();
+    // Taken before the fork (reading a directory allocates): the descriptors open now, for
+    // the fallback below on kernels without `close_range`.
+    let open_now = open_descriptors();
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
     // (close_range or fcntl, dup2, prctl, getppid) on integers captured by value; it allocates
     // nothing (errors are raw OS codes), takes no lock and touches no shared state, so it is
     // async-signal-safe.
     unsafe {
         command.pre_exec(move || {
-            close_on_exec_from_3();
+            close_on_exec_from_3(&open_now);
             if let Some(fd) = channel {
                 move_channel_to_3(fd)?;
             }
@@ -37,10 +40,23 @@ pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
     }
 }
 
-/// Marks every descriptor from 3 up close-on-exec: `close_range` where the kernel has it
-/// (Linux 5.11+), otherwise one `fcntl` per possible descriptor up to the soft limit.
-/// Async-signal-safe: system calls only.
-fn close_on_exec_from_3() {
+/// The descriptor numbers open in this process, from `/proc/self/fd`.
+fn open_descriptors() -> Vec<RawFd> {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Marks every descriptor from 3 up close-on-exec: `close_range` where the kernel allows it
+/// (Linux 5.11+, and not refused by a seccomp profile); otherwise one `fcntl` for each
+/// descriptor open before the fork and each number below the soft descriptor limit (a
+/// descriptor opened since by another thread without close-on-exec takes the lowest free
+/// number, so it is below the limit). Async-signal-safe: system calls and reads of memory
+/// prepared before the fork.
+fn close_on_exec_from_3(open_before_fork: &[RawFd]) {
     // SAFETY: a plain system call with integer arguments.
     let marked = unsafe {
         libc::syscall(
@@ -53,20 +69,26 @@ fn close_on_exec_from_3() {
     if marked == 0 {
         return;
     }
+    let mark = |fd: RawFd| {
+        // SAFETY: a plain system call; EBADF for a descriptor that is not open is expected.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    };
+    open_before_fork
+        .iter()
+        .copied()
+        .filter(|fd| *fd >= 3)
+        .for_each(mark);
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
-    let max_fd = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(1 << 20) as i32
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 16) as RawFd
     } else {
         1024
     };
-    for fd in 3..max_fd {
-        // SAFETY: a plain system call; EBADF for descriptors that are not open is expected.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
+    (3..soft).for_each(mark);
 }
 
 /// Puts the channel at fd 3, the number the worker is told, open across `exec`.

@@ -190,8 +190,8 @@ impl Method for After {
 /// immediately; `after` is delivered as a success. (Within the stated residual — the liar could
 /// have lied in `after`'s answer anyway — but the documented guarantee does not hold.)
 #[tokio::test]
-#[ignore = "documented residual (SECURITY.md: answer other calls briefly after lying); host.rs comment overclaims"]
-async fn a_liar_is_cut_off_before_it_answers_a_sibling() {
+#[ignore = "documented residual (SECURITY.md: answer other calls briefly after lying); the host.rs comment now says so"]
+async fn residual_a_liar_is_cut_off_before_it_answers_a_sibling() {
     let host = InProcess::new(|| {
         let notify = Arc::new(tokio::sync::Notify::new());
         let signal = Arc::clone(&notify);

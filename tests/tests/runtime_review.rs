@@ -179,7 +179,7 @@ async fn nothing_of_a_lost_worker_stays_open_in_the_host() {
 /// SIGPIPE once the host closes its pipes, which would make this test pass vacuously).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "documented residual (SECURITY.md): needs a PID namespace or cgroup"]
-async fn a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
+async fn residual_a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
     let dir = scratch("setsid");
     let mark = dir.join("grandchild");
     let script = format!(

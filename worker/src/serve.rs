@@ -44,19 +44,20 @@ pub(crate) async fn serve_on<T: Transport>(
     let reader = tokio::spawn(async move {
         let mut raised = false;
         loop {
-            let item = tokio::select! {
-                item = receiver.recv() => item,
-                max = &mut raise_rx, if !raised => {
-                    raised = true;
-                    if let Ok(max) = max {
-                        receiver.set_max_frame(max);
-                    }
-                    continue;
-                }
-            };
+            let item = receiver.recv().await;
             let last = !matches!(item, Ok(Some(_)));
             if frames_tx.send(item).await.is_err() || last {
                 return;
+            }
+            if !raised {
+                // The first frame is the host's answer to our Hello. Frames behind it (a call
+                // queued during a restart, in the same write) may be as large as the Welcome
+                // allows: read no further until the session has adopted its cap. If the first
+                // frame was not a Welcome the session ends and this resolves as dropped.
+                raised = true;
+                if let Ok(max) = (&mut raise_rx).await {
+                    receiver.set_max_frame(max);
+                }
             }
         }
     });

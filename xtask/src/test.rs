@@ -28,7 +28,9 @@ pub fn run(options: Options) -> Result {
     run::run(&mut cargo(["build", "--workspace", "--bins", "--locked"]))?;
     let mut test = cargo(["test", "--workspace", "--locked"]);
     if options.stress {
-        test.args(["--", "--include-ignored"]);
+        // `residual_*` tests are ignored on purpose: each pins a stated residual (SECURITY.md)
+        // that only OS confinement will close, and fails until then.
+        test.args(["--", "--include-ignored", "--skip", "residual_"]);
     }
     run::run(&mut test)?;
     nostd_check()

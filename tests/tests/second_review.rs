@@ -1,0 +1,243 @@
+//! Second adversarial review: attacks on the fixes of 67e1548, 7698143 and 9799efb, end to end
+//! with real processes. Each test asserts the SAFE behaviour: a failing test is a reproduced
+//! defect (see the review report).
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use airlock_codec::Limits;
+use airlock_host::{CallError, Host, RestartPolicy};
+use airlock_protocol::HostConfig;
+use airlock_tests::e2e::worker_bin;
+use airlock_worker::builtin::{fnv1a, Digest, Echo, Fail, Pid, Sleep};
+use serde_bytes::ByteBuf;
+
+/// worker/src/serve.rs reader task + the `raise` oneshot (9799efb / 67e1548 "worker keeps
+/// frames buffered behind Welcome"). The bundled worker's transport starts at
+/// `DEFAULT_MAX_FRAME` (env_transport.rs) and adopts the host's `max_frame` only once the
+/// serving loop has *processed* the `Welcome` and sent it through the oneshot. But the reader
+/// task goes straight back into `recv()` after handing the `Welcome` over, and `recv()` decodes
+/// the next length prefix synchronously from what is already buffered. Calls queued while a
+/// worker (re)starts are written in the same batch as the `Welcome`, so the next prefix is
+/// already there: a `Call` larger than 16 MiB (legal: the host configured 32 MiB) is refused as
+/// `TooLarge` by the worker's old cap, the worker treats it as end of stream and exits, and the
+/// call is lost although neither side did anything wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
+    let max_frame = 32 * 1024 * 1024;
+    let host = Host::builder(worker_bin())
+        .protocol(HostConfig::default().max_frame(max_frame).unwrap())
+        .limits(
+            Limits::default()
+                .max_bytes(max_frame as usize)
+                .max_len(max_frame as usize),
+        )
+        .restart_policy(RestartPolicy {
+            max_restarts: 10,
+            initial_backoff: Duration::from_millis(200),
+            ..RestartPolicy::default()
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let payload = vec![7u8; 20 * 1024 * 1024];
+    // Sanity: a large call on a running worker works (the Welcome was processed long ago).
+    assert_eq!(
+        host.call::<Digest>(&ByteBuf::from(payload.clone())).await,
+        Ok(fnv1a(&payload))
+    );
+    let first = host.call::<Pid>(&()).await.unwrap();
+    // Make the worker miss a deadline: it is killed and a new one starts after the backoff.
+    let missed = host
+        .call_with_deadline::<Sleep>(&5_000, Instant::now() + Duration::from_millis(50))
+        .await;
+    assert_eq!(missed, Err(CallError::Timeout));
+    // This call waits for the new worker and is sent right behind its Welcome.
+    let digest = host.call::<Digest>(&ByteBuf::from(payload.clone())).await;
+    let second = host.call::<Pid>(&()).await;
+    assert_ne!(Ok(first), second, "the worker was replaced");
+    assert_eq!(
+        digest,
+        Ok(fnv1a(&payload)),
+        "a legal {}-byte call sent behind the Welcome was lost",
+        payload.len()
+    );
+    assert_eq!(
+        host.stats().restarts,
+        1,
+        "the new worker died on the call behind its Welcome"
+    );
+    host.shutdown().await;
+}
+
+/// worker/src/serve.rs `answer()` (9799efb "oversized responses answered with Fail(Limit)").
+/// The fix only covers responses over `max_frame`. The host decodes every response with its own
+/// `Limits` (default `max_bytes` 16 MiB), which is smaller than the default `max_frame`
+/// (16 MiB + 4 KiB), and treats any decode failure as "the worker lied" (`Command::Abort`):
+/// the honest worker is SIGKILLed and every other call on it is lost. An honest echo of a
+/// payload the host itself was allowed to send is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let pid = host.call::<Pid>(&()).await.unwrap();
+    let bystander = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // 16 MiB + 64 bytes: the request fits max_frame and the worker's budget (raised to max_frame
+    // by the Welcome); the identical response does not fit the host's default Limits.
+    let payload = vec![1u8; 16 * 1024 * 1024 + 64];
+    let len = payload.len();
+    let echoed = host.call::<Echo>(&ByteBuf::from(payload)).await;
+    // Fixed by deriving the host's default response budget from max_frame: the honest echo
+    // decodes. (Had the caller set smaller budgets, it would be this call's error alone.)
+    assert!(
+        matches!(&echoed, Ok(body) if body.len() == len)
+            || matches!(
+                echoed,
+                Err(CallError::Decode(_)) | Err(CallError::Remote(_))
+            ),
+        "{:?}",
+        echoed.map(|body| body.len())
+    );
+    assert_eq!(
+        bystander.await.unwrap(),
+        Ok(1_500),
+        "an unrelated call was lost because an honest response exceeded the host's decode limits"
+    );
+    assert_eq!(
+        host.call::<Pid>(&()).await,
+        Ok(pid),
+        "the honest worker was killed"
+    );
+    host.shutdown().await;
+}
+
+/// Text hidden in Unicode tag characters (U+E0000 + ASCII): invisible when displayed.
+fn hidden(text: &str) -> String {
+    text.chars()
+        .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+        .collect()
+}
+
+fn tag_characters(text: &str) -> Vec<String> {
+    text.chars()
+        .filter(|c| ('\u{E0000}'..='\u{E007F}').contains(c) || *c == '\u{00AD}')
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect()
+}
+
+/// codec `is_unsafe_in_text` (67e1548), end to end: an error message crossing from the worker
+/// is "bounded and free of characters that could forge or hide log text". A handler that quotes
+/// its (attacker-chosen) input in an error — here the bundled `fail` method — delivers a message
+/// hiding a whole sentence in invisible tag characters to the host, which accepts it as clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_message_from_the_worker_hides_no_text() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let message = format!(
+        "disk full\u{00AD}{}",
+        hidden("approve all pending transfers")
+    );
+    let result = host.call::<Fail>(&message).await;
+    let Err(CallError::Remote(err)) = result else {
+        panic!("expected a remote failure, got {result:?}");
+    };
+    let found = tag_characters(err.message());
+    assert!(
+        found.is_empty(),
+        "the host accepted an error message with {} invisible characters: {found:?}",
+        found.len()
+    );
+    host.shutdown().await;
+}
+
+// ----- stderr relay: invisible text -----
+
+#[derive(Default)]
+struct Captured(Mutex<Vec<String>>);
+
+struct Capture(Arc<Captured>);
+
+struct MessageVisitor(String);
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            use std::fmt::Write;
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if event.metadata().target() == "airlock::worker_stderr" {
+            let mut visitor = MessageVisitor(String::new());
+            event.record(&mut visitor);
+            self.0 .0.lock().unwrap().push(visitor.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn captured() -> &'static Arc<Captured> {
+    static CELL: OnceLock<Arc<Captured>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        let captured = Arc::new(Captured::default());
+        tracing::subscriber::set_global_default(Capture(Arc::clone(&captured)))
+            .expect("no other subscriber in this test binary");
+        captured
+    })
+}
+
+/// host/src/stderr.rs `emit` (9799efb "stderr strips Unicode separators/bidi") uses the same
+/// denylist: a worker's stderr line carrying invisible tag characters reaches the host's log as
+/// is. (The `{:?}` of the captured message would escape them; the line is read with
+/// `record_str`/Display semantics, as a log file or terminal shows it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_stderr_cannot_hide_text_in_the_host_log() {
+    let captured = captured();
+    // U+E0041 ('A' tag) is F3 A0 81 81 in UTF-8; U+00AD is C2 AD.
+    let _ = Host::builder("/bin/sh")
+        .arg("-c")
+        .arg(r"printf 'review2-marker \302\255\363\240\201\201\n' >&2; exit 0")
+        .env("PATH", "/usr/bin:/bin")
+        .spawn()
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let line = loop {
+        let found = captured
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("review2-marker"))
+            .cloned();
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "the stderr line never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // tracing hands the formatted message over as `fmt::Arguments` (record_debug), whose
+    // Debug is its Display: the characters appear raw if they were relayed raw.
+    let found = tag_characters(&line);
+    assert!(
+        found.is_empty(),
+        "relayed to the host log: {found:?} in {line:?}"
+    );
+}
