@@ -430,11 +430,13 @@ async fn return_len_bomb() {
         .try_reserve_exact(claimed as usize)
         .is_err());
 
+    // The host's default response budget is the frame cap.
+    let budget = airlock_protocol::DEFAULT_MAX_FRAME as usize;
     assert_eq!(
         outcome,
         Err(CallError::Decode(DecodeError::LengthLimit {
             len: claimed,
-            max: Limits::default().len_budget()
+            max: budget
         }))
     );
     assert_within(peak, ALLOC_BOUND);
