@@ -82,6 +82,7 @@ where
             StreamReceiver {
                 reader: self.reader,
                 decoder: FrameDecoder::new(self.config.max_frame),
+                scratch: Vec::new(),
             },
         )
     }
@@ -101,29 +102,52 @@ pub struct StreamSender<W> {
 pub struct StreamReceiver<R> {
     reader: R,
     decoder: FrameDecoder,
+    /// Where small reads land before they are appended to the decoder (allocated on first
+    /// use, [`READ_CHUNK`] bytes): one large read serves many small frames, and the decoder's
+    /// buffer never needs spare capacity for them.
+    scratch: Vec<u8>,
 }
 
 fn io_error(err: std::io::Error) -> TransportError {
     TransportError::Io(Box::new(err))
 }
 
-/// Writes every byte of `batch`, in order, with as few vectored writes as the OS allows.
+/// Slices gathered on the stack for one vectored write; a larger batch is written in turns.
+const SLICES_PER_WRITE: usize = 64;
+
+/// Writes every byte of `batch`, in order, with as few vectored writes as the OS allows and no
+/// allocation: up to [`SLICES_PER_WRITE`] non-empty heads and bodies per system call.
 async fn write_batch<W: AsyncWrite + Unpin>(
     writer: &mut W,
     batch: &[Transmit],
 ) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = batch
-        .iter()
-        .flat_map(|t| [IoSlice::new(&t.head), IoSlice::new(&t.body)])
-        .filter(|s| !s.is_empty())
-        .collect();
-    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
-    while !remaining.is_empty() {
-        let written = writer.write_vectored(remaining).await?;
-        if written == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+    // Pieces are numbered 2i (head of frame i) and 2i + 1 (its body). Plain loops rather than
+    // iterator closures: the future must be `Send` for every lifetime of `batch`.
+    let total = batch.len() * 2;
+    let mut next = 0;
+    while next < total {
+        let mut slices: [IoSlice<'_>; SLICES_PER_WRITE] = [IoSlice::new(&[]); SLICES_PER_WRITE];
+        let mut count = 0;
+        while next < total && count < SLICES_PER_WRITE {
+            let piece: &[u8] = match batch.get(next / 2) {
+                Some(t) if next % 2 == 0 => &t.head,
+                Some(t) => &t.body,
+                None => &[],
+            };
+            next += 1;
+            if let (false, Some(slot)) = (piece.is_empty(), slices.get_mut(count)) {
+                *slot = IoSlice::new(piece);
+                count += 1;
+            }
         }
-        IoSlice::advance_slices(&mut remaining, written);
+        let mut remaining: &mut [IoSlice<'_>] = slices.get_mut(..count).unwrap_or_default();
+        while !remaining.is_empty() {
+            let written = writer.write_vectored(remaining).await?;
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut remaining, written);
+        }
     }
     writer.flush().await
 }
@@ -160,13 +184,32 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             if let Some(frame) = self.decoder.next_frame()? {
                 return Ok(Some(frame));
             }
-            // Read at least a chunk, and for a large frame up to what has already arrived
-            // again (doubling): capacity never runs more than one step ahead of real bytes.
-            let buffered = self.decoder.buffered();
-            let want = self.decoder.wanted().min(buffered.max(READ_CHUNK)).max(1);
-            let buf = self.decoder.read_buffer();
-            buf.reserve(want);
-            let read = self.reader.read_buf(buf).await.map_err(io_error)?;
+            let wanted = self.decoder.wanted();
+            let read = if wanted > READ_CHUNK {
+                // The rest of a large frame: read straight into the frame's buffer (the one
+                // copy this side makes), growing it at most by what has already arrived
+                // again, so capacity never runs more than one step ahead of real bytes.
+                let buffered = self.decoder.buffered();
+                let want = wanted.min(buffered.max(READ_CHUNK));
+                let buf = self.decoder.read_buffer();
+                buf.reserve(want);
+                self.reader.read_buf(buf).await.map_err(io_error)?
+            } else {
+                // Prefixes and small frames: one read into the scratch buffer takes whatever
+                // the peer has written (often many frames), then it is appended.
+                if self.scratch.is_empty() {
+                    self.scratch = vec![0; READ_CHUNK];
+                }
+                let read = self
+                    .reader
+                    .read(&mut self.scratch)
+                    .await
+                    .map_err(io_error)?;
+                if let Some(bytes) = self.scratch.get(..read) {
+                    self.decoder.extend(bytes);
+                }
+                read
+            };
             if read == 0 {
                 self.decoder.finish()?;
                 return Ok(None);
