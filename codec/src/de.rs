@@ -75,6 +75,7 @@ impl<'de> Deserializer<'de> {
 
     /// Visits `count` elements one level deeper. Used directly for tuples, structs and variants,
     /// whose arity comes from the Rust type rather than the input.
+    #[inline]
     fn fixed_elements<V: Visitor<'de>>(
         &mut self,
         count: usize,
@@ -84,6 +85,7 @@ impl<'de> Deserializer<'de> {
     }
 
     /// Visits exactly `count` elements, offering `hint` as the capacity to pre-allocate.
+    #[inline]
     fn elements<V: Visitor<'de>>(
         &mut self,
         count: usize,

@@ -113,12 +113,22 @@ impl<'de> Reader<'de> {
     /// Reads an unsigned LEB128 varint of at most `BITS` bits (`BITS` ≤ 64), strictly: a value
     /// that needs fewer bytes than were used is [`DecodeError::OverlongVarint`], one that needs
     /// more than `BITS` bits is [`DecodeError::VarintOverflow`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn varint<const BITS: u32>(&mut self) -> Result<u64, DecodeError> {
-        let first = self.byte()?;
-        if first & 0x80 == 0 {
-            return Ok(u64::from(first)); // the one-byte case: most lengths, tags and small ints
+        // The one-byte case (most lengths, tags and small integers) stays inline at every call.
+        if let Some((&first, rest)) = self.input.split_first() {
+            if first & 0x80 == 0 {
+                self.input = rest;
+                return Ok(u64::from(first));
+            }
         }
+        self.varint_multi_byte::<BITS>()
+    }
+
+    /// The rest of [`Reader::varint`]: values of two bytes or more, and every error.
+    #[inline(never)]
+    fn varint_multi_byte<const BITS: u32>(&mut self) -> Result<u64, DecodeError> {
+        let first = self.byte()?;
         let mut value = u64::from(first & 0x7f);
         let mut shift = 7u32;
         loop {
