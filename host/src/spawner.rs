@@ -7,8 +7,10 @@
 //! process is gone.
 //!
 //! The thread belongs to the process that started it: a process forked from the host has no
-//! such thread, so it starts its own (keyed by pid). A thread that failed to start is retried
-//! on the next spawn, and every wait for it is bounded.
+//! such thread, so it starts its own. The thread is recognised by its pid *and* its thread id
+//! still being listed under `/proc/self/task` (a descendant could reuse the pid). A thread that
+//! failed to start, or a spawn that timed out, makes the next spawn start a fresh thread, and
+//! every wait for it is bounded.
 
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -21,21 +23,51 @@ type Job = Box<dyn FnOnce() + Send>;
 /// How long a spawn may wait for the spawner thread: forking takes milliseconds.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The spawner thread of this process: its pid and the queue it reads.
-static SPAWNER: Mutex<Option<(u32, mpsc::Sender<Job>)>> = Mutex::new(None);
+/// The spawner thread: the pid of the process it runs in, its thread id, and its queue.
+struct Spawner {
+    pid: u32,
+    tid: i32,
+    jobs: mpsc::Sender<Job>,
+}
 
-fn start_thread() -> std::io::Result<mpsc::Sender<Job>> {
+impl Spawner {
+    /// True if this is the calling process's own live spawner thread.
+    fn is_ours(&self) -> bool {
+        self.pid == std::process::id()
+            && std::path::Path::new(&format!("/proc/self/task/{}", self.tid)).exists()
+    }
+}
+
+static SPAWNER: Mutex<Option<Spawner>> = Mutex::new(None);
+
+fn start_thread() -> std::io::Result<Spawner> {
     let (jobs, queue) = mpsc::channel::<Job>();
+    let (tid_tx, tid_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("airlock-spawner".into())
         .spawn(move || {
+            let _ = tid_tx.send(rustix::thread::gettid().as_raw_nonzero().get());
             for job in queue {
                 // A failing spawn reports through its own channel; a panic must not take the
                 // thread (and every later spawn) with it.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             }
         })?;
-    Ok(jobs)
+    let tid = tid_rx
+        .recv_timeout(SPAWN_TIMEOUT)
+        .map_err(|_| std::io::Error::other("the airlock spawner thread did not start"))?;
+    Ok(Spawner {
+        pid: std::process::id(),
+        tid,
+        jobs,
+    })
+}
+
+/// Forgets the spawner thread, so the next spawn starts a fresh one.
+fn forget() {
+    if let Ok(mut spawner) = SPAWNER.lock() {
+        *spawner = None;
+    }
 }
 
 /// Hands `job` to this process's spawner thread, starting one if there is none.
@@ -43,12 +75,12 @@ fn submit(job: Job) -> std::io::Result<()> {
     let mut spawner = SPAWNER
         .lock()
         .map_err(|_| std::io::Error::other("the airlock spawner lock is poisoned"))?;
-    let pid = std::process::id();
     let jobs = match spawner.as_ref() {
-        Some((owner, jobs)) if *owner == pid => jobs.clone(),
+        Some(current) if current.is_ours() => current.jobs.clone(),
         _ => {
-            let jobs = start_thread()?;
-            *spawner = Some((pid, jobs.clone()));
+            let fresh = start_thread()?;
+            let jobs = fresh.jobs.clone();
+            *spawner = Some(fresh);
             jobs
         }
     };
@@ -72,8 +104,12 @@ pub(crate) async fn spawn(mut command: Command) -> std::io::Result<Child> {
         Ok(Err(_)) => Err(std::io::Error::other(
             "the airlock spawner thread dropped a spawn",
         )),
-        Err(_) => Err(std::io::Error::other(
-            "the airlock spawner thread did not answer",
-        )),
+        Err(_) => {
+            // A thread that does not answer is not trusted again: the next spawn starts anew.
+            forget();
+            Err(std::io::Error::other(
+                "the airlock spawner thread did not answer",
+            ))
+        }
     }
 }

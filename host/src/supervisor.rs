@@ -446,6 +446,11 @@ impl Supervisor {
         // lost) must never reach a worker that is being put down.
         outbox.clear();
         let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+        if last_words.is_empty() {
+            // Nothing more to say: stop the writer before the kill, so no batch it still holds
+            // (calls now reported lost) reaches whoever may drain the pipe meanwhile.
+            writer.abort();
+        }
         if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
             drop(batches_tx);
             if !writer_done {

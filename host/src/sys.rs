@@ -82,13 +82,19 @@ fn close_on_exec_from_3(open_before_fork: &[RawFd]) {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // Without a snapshot (no /proc) cover the hard limit, else the soft one; at most 2^20.
     // SAFETY: `limit` is a valid, writable rlimit for the call to fill.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(1 << 16) as RawFd
+    let bound = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        if open_before_fork.is_empty() {
+            limit.rlim_max
+        } else {
+            limit.rlim_cur
+        }
+        .min(1 << 20) as RawFd
     } else {
-        1024
+        1 << 16
     };
-    (3..soft).for_each(mark);
+    (3..bound).for_each(mark);
 }
 
 /// Puts the channel at fd 3, the number the worker is told, open across `exec`.
