@@ -81,7 +81,10 @@ impl<'de> Deserializer<'de> {
         count: usize,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        self.nested(|de| de.elements(count, 0, visitor))
+        self.reader.enter()?;
+        let out = self.elements(count, 0, visitor);
+        self.reader.leave();
+        out
     }
 
     /// Visits exactly `count` elements, offering `hint` as the capacity to pre-allocate.
@@ -97,18 +100,24 @@ impl<'de> Deserializer<'de> {
             left: count,
             hint,
         };
-        let value = visitor.visit_seq(&mut access)?;
+        let value = visitor.visit_seq(&mut access);
         // A visitor that stops early would leave elements unread; refuse that plainly
-        // rather than as confusing trailing bytes.
-        match access.left {
-            0 => Ok(value),
-            _ => Err(de::Error::invalid_length(count, &"fewer elements")),
+        // rather than as confusing trailing bytes. (The visitor's result is passed on as it
+        // is, not unwrapped and rewrapped: a struct is then moved once, not twice.)
+        if access.left != 0 && value.is_ok() {
+            return Err(too_few_elements(count));
         }
+        value
     }
 
     fn zigzag(raw: u64) -> i64 {
         ((raw >> 1) as i64) ^ -((raw & 1) as i64)
     }
+}
+
+#[cold]
+fn too_few_elements(count: usize) -> DecodeError {
+    de::Error::invalid_length(count, &"fewer elements")
 }
 
 /// Converts a varint already bounded to the target's width.
