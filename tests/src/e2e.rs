@@ -56,3 +56,21 @@ pub fn rogue_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();
     built("airlock-tests", "rogue-worker", &CELL)
 }
+
+/// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// An instant `ms` milliseconds from now: a short call deadline.
+pub fn soon(ms: u64) -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_millis(ms)
+}

@@ -31,7 +31,7 @@ use airlock_protocol::{
     decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::rogue_bin;
+use airlock_tests::e2e::{process_alive, rogue_bin, soon};
 use airlock_tests::support::PeakAlloc;
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
@@ -312,23 +312,6 @@ fn encoded(payload: &ByteBuf) -> Vec<u8> {
 
 fn unique(tag: &str) -> ByteBuf {
     ByteBuf::from(format!("{tag} {:?}", Instant::now()).into_bytes())
-}
-
-fn soon(ms: u64) -> Instant {
-    Instant::now() + Duration::from_millis(ms)
-}
-
-/// True if a process with this pid exists and is not a zombie.
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 /// Waits (bounded) until `pid` is gone from `/proc` entirely: killed *and* reaped.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, Method};
-use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
 };
@@ -19,23 +19,6 @@ fn fast_restarts(max_restarts: u32) -> RestartPolicy {
         window: Duration::from_secs(60),
         initial_backoff: Duration::from_millis(5),
         max_backoff: Duration::from_millis(20),
-    }
-}
-
-fn soon(ms: u64) -> Instant {
-    Instant::now() + Duration::from_millis(ms)
-}
-
-/// True if a process with this pid exists and is not a zombie.
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
     }
 }
 

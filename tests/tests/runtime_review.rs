@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{HostConfig, ViolationCode};
-use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_tests::e2e::{process_alive, rogue_bin, worker_bin};
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde_bytes::ByteBuf;
 
@@ -15,19 +15,6 @@ fn no_restarts() -> RestartPolicy {
     RestartPolicy {
         max_restarts: 0,
         ..RestartPolicy::default()
-    }
-}
-
-/// True if a process with this pid exists and is not a zombie.
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
     }
 }
 
