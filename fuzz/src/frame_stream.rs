@@ -26,7 +26,6 @@ use airlock_protocol::{
     CallId, CloseReason, Event, HostConfig, HostSession, Outcome, MIN_MAX_FRAME, PROTOCOL_VERSION,
 };
 use bytes::Bytes;
-use rand_core::{CryptoRng, RngCore};
 
 /// The methods the worker declares and the calls alternate between.
 pub const METHODS: [&str; 2] = ["echo", "sum"];
@@ -44,26 +43,10 @@ pub const EXPIRE: u8 = 1 << 4;
 /// How long each call may run; [`EXPIRE`] jumps past it.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// SplitMix64 posing as a CSPRNG: fine for reproducible fuzzing, never for real ids.
-#[derive(Clone, Debug)]
-pub struct FixedRng(pub u64);
-
-impl RngCore for FixedRng {
-    fn next_u32(&mut self) -> u32 {
-        self.next_u64() as u32
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn fill_bytes(&mut self, dst: &mut [u8]) {
-        rand_core::impls::fill_bytes_via_next(self, dst)
-    }
-}
-impl CryptoRng for FixedRng {}
+#[path = "../../protocol/tests/support/seeded_rng.rs"]
+mod seeded_rng;
+/// The seeded generator shared with the protocol's tests: reproducible ids, never real ones.
+pub use seeded_rng::SeededRng as FixedRng;
 
 /// Small limits, so the fuzzer reaches each of them with short inputs.
 pub fn config() -> HostConfig {

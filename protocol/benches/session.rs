@@ -21,28 +21,10 @@ use airlock_protocol::{
 };
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use rand_core::{CryptoRng, RngCore};
 
-/// SplitMix64 standing in for the OS CSPRNG, so runs are reproducible. Bench use only.
-#[derive(Clone)]
-struct BenchRng(u64);
-
-impl RngCore for BenchRng {
-    fn next_u32(&mut self) -> u32 {
-        self.next_u64() as u32
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn fill_bytes(&mut self, dst: &mut [u8]) {
-        rand_core::impls::fill_bytes_via_next(self, dst)
-    }
-}
-impl CryptoRng for BenchRng {}
+#[path = "../tests/support/seeded_rng.rs"]
+mod seeded_rng;
+use seeded_rng::SeededRng as BenchRng;
 
 const METHOD: &str = "echo";
 const SMALL_BODY: [u8; 64] = [0x5a; 64];
