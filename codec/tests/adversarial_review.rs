@@ -1,9 +1,6 @@
 //! Adversarial review of airlock-codec. Every test asserts the SAFE behaviour: a failing test is a
 //! reproduced defect; a passing one is an attack that held up.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use airlock_codec::{from_slice, from_value, to_vec, DecodeError, Limits, Value};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -11,52 +8,12 @@ use serde::{Deserialize, Serialize};
 // ---------------------------------------------------------------------------------------------
 // A per-thread counting allocator (same technique as tests/allocation.rs).
 
-struct Counting;
+mod common;
 
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: delegates every call to the system allocator unchanged; only bookkeeping is added,
-// and the thread-locals have const initialisers and no destructors, so they never allocate.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = LIVE.try_with(|live| {
-            let now = live.get() + layout.size();
-            live.set(now);
-            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-        });
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(layout.size())));
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::{peak_allocated, varint};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn peak_allocated<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(base));
-    let out = f();
-    (out, PEAK.with(Cell::get) - base)
-}
-
-fn varint(mut v: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-    out
-}
+static ALLOCATOR: common::Counting = common::Counting;
 
 // ---------------------------------------------------------------------------------------------
 // Finding: open containers each pre-allocate against the SAME remaining input.
