@@ -2,7 +2,6 @@
 //! the SAFE behaviour: a failing test is a reproduced defect (see the review report).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
@@ -235,50 +234,7 @@ async fn a_briefly_busy_honest_worker_is_not_killed_by_a_burst_of_calls() {
 
 // ----- stderr relay: log forging with Unicode separators -----
 
-#[derive(Default)]
-struct Captured(Mutex<Vec<String>>);
-
-struct Capture(Arc<Captured>);
-
-struct MessageVisitor(String);
-impl tracing::field::Visit for MessageVisitor {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            use std::fmt::Write;
-            let _ = write!(self.0, "{value:?}");
-        }
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if event.metadata().target() == "airlock::worker_stderr" {
-            let mut visitor = MessageVisitor(String::new());
-            event.record(&mut visitor);
-            self.0 .0.lock().unwrap().push(visitor.0);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn captured() -> &'static Arc<Captured> {
-    static CELL: OnceLock<Arc<Captured>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let captured = Arc::new(Captured::default());
-        tracing::subscriber::set_global_default(Capture(Arc::clone(&captured)))
-            .expect("no other subscriber in this test binary");
-        captured
-    })
-}
+use airlock_tests::capture::captured;
 
 /// stderr.rs `emit` replaces only `char::is_control` characters. U+2028/U+2029 (line and
 /// paragraph separators) and the bidi overrides are not controls, so a worker can still split

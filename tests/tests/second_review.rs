@@ -2,7 +2,6 @@
 //! with real processes. Each test asserts the SAFE behaviour: a failing test is a reproduced
 //! defect (see the review report).
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
@@ -154,55 +153,7 @@ async fn an_error_message_from_the_worker_hides_no_text() {
 
 // ----- stderr relay: invisible text -----
 
-#[derive(Default)]
-struct Captured(Mutex<Vec<String>>);
-
-struct Capture(Arc<Captured>);
-
-struct MessageVisitor(String);
-impl tracing::field::Visit for MessageVisitor {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            use std::fmt::Write;
-            let _ = write!(self.0, "{value:?}");
-        }
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if field.name() == "message" {
-            self.0.push_str(value);
-        }
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if event.metadata().target() == "airlock::worker_stderr" {
-            let mut visitor = MessageVisitor(String::new());
-            event.record(&mut visitor);
-            self.0 .0.lock().unwrap().push(visitor.0);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn captured() -> &'static Arc<Captured> {
-    static CELL: OnceLock<Arc<Captured>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let captured = Arc::new(Captured::default());
-        tracing::subscriber::set_global_default(Capture(Arc::clone(&captured)))
-            .expect("no other subscriber in this test binary");
-        captured
-    })
-}
+use airlock_tests::capture::captured;
 
 /// host/src/stderr.rs `emit` (9799efb "stderr strips Unicode separators/bidi") uses the same
 /// denylist: a worker's stderr line carrying invisible tag characters reaches the host's log as
