@@ -42,6 +42,7 @@ const RAW_PIPE: &str = "raw_pipe";
 const RAW_UNIX: &str = "raw_unix_socket";
 const PIPE_TRANSPORT: &str = "pipe_transport";
 const SOCKET_TRANSPORT: &str = "socket_transport";
+const HOST_CALL: &str = "host_call_echo";
 
 /// Per-round-trip times (ns) of every routine call, per benchmark.
 static RECORDED: Mutex<Vec<(&'static str, Vec<f64>)>> = Mutex::new(Vec::new());
@@ -74,6 +75,7 @@ fn main() {
     group.bench_function(PIPE_TRANSPORT, bench_pipe_transport);
     group.bench_function(RAW_UNIX, bench_raw_unix);
     group.bench_function(SOCKET_TRANSPORT, bench_socket_transport);
+    group.bench_function(HOST_CALL, bench_host_call);
     group.finish();
     criterion.final_summary();
     match pinned {
@@ -155,6 +157,30 @@ fn bench_raw_unix(b: &mut criterion::Bencher<'_>) {
     });
     drop(stream);
     finish(child);
+}
+
+/// A whole typed call through the product: `Host::call::<Echo>` to the real `airlock-worker`
+/// over the pipe transport (supervisor task, session, codec, worker runtime and back). The
+/// request is sized so each frame is about 64 bytes on the wire. DESIGN's target for a small
+/// call is 1.3x a raw pipe ping-pong.
+fn bench_host_call(b: &mut criterion::Bencher<'_>) {
+    use airlock_worker::builtin::Echo;
+    let rt = runtime();
+    let host = rt
+        .block_on(airlock_host::Host::builder(airlock_tests::e2e::worker_bin()).spawn())
+        .expect("spawn the bundled worker");
+    let payload = serde_bytes::ByteBuf::from(vec![7u8; 28]);
+    b.iter_custom(|iters| {
+        rt.block_on(async {
+            let start = Instant::now();
+            for _ in 0..iters {
+                let back = host.call::<Echo>(&payload).await.unwrap();
+                std::hint::black_box(back);
+            }
+            record(HOST_CALL, iters, start.elapsed())
+        })
+    });
+    rt.block_on(host.shutdown());
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -287,16 +313,22 @@ fn summary() {
             .map(|(_, s)| median(&s[s.len().saturating_sub(SAMPLES)..]))
     };
     println!("\nround trip of {WIRE} bytes each way, median per round trip:");
-    for name in [RAW_PIPE, PIPE_TRANSPORT, RAW_UNIX, SOCKET_TRANSPORT] {
+    for name in [
+        RAW_PIPE,
+        PIPE_TRANSPORT,
+        RAW_UNIX,
+        SOCKET_TRANSPORT,
+        HOST_CALL,
+    ] {
         if let Some(m) = med(name) {
             println!("  {name:<18} {:>9.2} µs", m / 1000.0);
         }
     }
-    let target = 1.5;
-    for (transport, baseline) in [
-        (PIPE_TRANSPORT, RAW_PIPE),
-        (SOCKET_TRANSPORT, RAW_UNIX),
-        (SOCKET_TRANSPORT, RAW_PIPE),
+    for (transport, baseline, target) in [
+        (PIPE_TRANSPORT, RAW_PIPE, 1.5),
+        (SOCKET_TRANSPORT, RAW_UNIX, 1.5),
+        (SOCKET_TRANSPORT, RAW_PIPE, 1.5),
+        (HOST_CALL, RAW_PIPE, 1.3),
     ] {
         if let (Some(t), Some(b)) = (med(transport), med(baseline)) {
             let ratio = t / b;
