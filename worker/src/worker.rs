@@ -155,10 +155,14 @@ impl Worker {
         serve_on(self.into_spec(token)?, transport).await
     }
 
-    /// [`serve`](Self::serve) on a runtime of its own, for binaries that have none.
+    /// [`serve`](Self::serve) on a single-threaded runtime of its own, for binaries that have
+    /// none. Async handlers share that thread (cooperatively); register CPU-heavy or blocking
+    /// work with [`blocking_method`](Self::blocking_method), which runs on a thread pool.
     pub fn serve_blocking(self) -> Result<(), ServeError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // One thread: every hop of a call (reader, serving loop, handler, writer) stays on it,
+        // instead of paying a cross-thread wake-up (often an idle vCPU's) at each. Handlers still
+        // run concurrently; blocking ones go to tokio's blocking pool.
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(ServeError::Runtime)?;
