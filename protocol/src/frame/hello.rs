@@ -25,3 +25,16 @@ pub struct Hello<'a> {
     #[serde(with = "serde_bytes", borrow)]
     pub token: Option<&'a [u8]>,
 }
+
+/// True if `presented` is exactly the `expected` token, compared without an early exit so the
+/// time taken does not reveal how many leading bytes of a guess were right. (The length is
+/// public: every token has [`TOKEN_LEN`] bytes.) Used by the host session and by the named
+/// socket listener's screening, so there is one comparison to audit.
+pub fn token_matches(presented: &[u8], expected: &[u8; TOKEN_LEN]) -> bool {
+    presented.len() == expected.len()
+        && presented
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use call::Call;
 pub use cancel::Cancel;
 pub use fail::Fail;
-pub use hello::{Hello, MAX_HELLO_METHODS, TOKEN_LEN};
+pub use hello::{token_matches, Hello, MAX_HELLO_METHODS, TOKEN_LEN};
 pub use progress::Progress;
 pub use refuse::{Refuse, RefuseReason};
 pub use ret::Return;

@@ -446,7 +446,7 @@ impl HostSession {
         }
         if let Some(expected) = self.config.expected_token() {
             let presented = hello.token.unwrap_or_default();
-            if !constant_time_eq(presented, expected) {
+            if !frame::token_matches(presented, expected) {
                 let reason = RefuseReason::BadToken;
                 self.close_with_refuse(CloseReason::Refused(reason), reason);
                 return Ok(());
@@ -631,15 +631,4 @@ fn check_hello(hello: &Hello<'_>) -> Result<(), Violation> {
         return Err(invalid_hello());
     }
     Ok(())
-}
-
-/// Compares a presented token with the expected one without an early exit, so the time taken
-/// does not reveal how many leading bytes were right.
-fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
-    presented.len() == expected.len()
-        && presented
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }

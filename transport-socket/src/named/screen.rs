@@ -87,21 +87,10 @@ pub(super) fn check_hello(payload: &[u8], token: &[u8; TOKEN_LEN]) -> Result<(),
         other => return Err(Refusal::NotHello(other.kind())),
     };
     let presented = hello.token.ok_or(Refusal::MissingToken)?;
-    if !constant_time_eq(presented, token) {
+    if !airlock_protocol::frame::token_matches(presented, token) {
         return Err(Refusal::WrongToken);
     }
     Ok(())
-}
-
-/// Compares without an early exit, so the time taken does not reveal how many leading bytes of
-/// a guess were right. (The length is public: every token has [`TOKEN_LEN`] bytes.)
-fn constant_time_eq(presented: &[u8], expected: &[u8]) -> bool {
-    presented.len() == expected.len()
-        && presented
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 #[cfg(test)]
