@@ -105,6 +105,7 @@ impl Scene {
             .env("ROGUE_MARK", self.path("mark"))
             .env("ROGUE_PIDS", self.path("pids"))
             .env("ROGUE_PREDICTED", self.path("predicted"))
+            .env("ROGUE_RELEASE", self.path("release"))
             .restart_policy(fast_restarts())
             .call_timeout(Duration::from_secs(5))
     }
@@ -132,6 +133,11 @@ impl Scene {
 
     fn mark(&self) -> Option<String> {
         std::fs::read_to_string(self.path("mark")).ok()
+    }
+
+    /// Lets a rogue waiting on `ROGUE_RELEASE` go on to its last act.
+    fn release(&self) {
+        std::fs::write(self.path("release"), b"go").unwrap();
     }
 
     fn log(&self) -> RogueLog {
@@ -1411,15 +1417,23 @@ async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
         if let Some(caught) = caught {
             break caught;
         }
-        assert!(
-            std::time::Instant::now() < give_up,
-            "never caught the grandchild running"
-        );
+        if std::time::Instant::now() >= give_up {
+            let mark = scene.mark();
+            let proc_entry = mark
+                .as_deref()
+                .and_then(|m| m.trim().parse::<u32>().ok())
+                .map(|gc| std::fs::read_to_string(format!("/proc/{gc}/stat")));
+            panic!(
+                "never caught the grandchild running: mark {mark:?}, its /proc stat {proc_entry:?}"
+            );
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
     let escaped = Escaped(grandchild);
     assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
     assert_eq!(session, grandchild, "the grandchild leads its own session");
+    // Caught alive and out of the group's reach: now the worker may exit.
+    scene.release();
     let outcome = call.await.unwrap();
     match outcome {
         Err(CallError::WorkerLost(LostReason::Exited(ExitInfo { code: Some(0), .. }))) => {}

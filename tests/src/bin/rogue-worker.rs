@@ -24,6 +24,8 @@
 //!   dribbled byte), and `< HEX` for each frame payload received (no length prefix).
 //! - `ROGUE_PIDS=path`: every worker appends its pid and a newline as it starts, striking or not.
 //! - `ROGUE_PREDICTED=path` (`predictable_id`): the 16 bytes of the id it forges.
+//! - `ROGUE_RELEASE=path` (`setsid_grandchild`): the rogue holds its last act until `path`
+//!   exists (at most 10 s), so the test can catch the evidence while it still lives.
 //!
 //! Synchronous std I/O on purpose: the point is exact control over bytes and timing.
 
@@ -169,9 +171,30 @@ fn return_frame(id: CallId, method: &str, body: &[u8]) -> Vec<u8> {
     encode_frame(&Frame::Return(Return { id, method, body }))
 }
 
+/// Writes the evidence whole: to a side file first, then renamed into place, so a test polling
+/// the mark never reads half of it.
 fn mark_with(evidence: &[u8]) {
     if let Some(path) = std::env::var_os("ROGUE_MARK") {
-        let _ = std::fs::write(path, evidence);
+        let path = std::path::PathBuf::from(path);
+        let partial = path.with_extension("partial");
+        if std::fs::write(&partial, evidence).is_ok() {
+            let _ = std::fs::rename(&partial, &path);
+        }
+    }
+}
+
+/// Holds until the test creates `ROGUE_RELEASE` (or 10 s pass): the test has seen the evidence
+/// `mark_with` wrote and the rogue may now do what would destroy it.
+fn wait_for_release() {
+    let Some(path) = std::env::var_os("ROGUE_RELEASE") else {
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    for _ in 0..2000 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -381,8 +404,8 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         "fork_grandchild" => {
             // A grandchild inherits the channel and outlives us.
             let child = std::process::Command::new("sleep").arg("1000").spawn();
-            if let (Ok(child), Some(path)) = (child, std::env::var_os("ROGUE_MARK")) {
-                let _ = std::fs::write(path, child.id().to_string());
+            if let Ok(child) = child {
+                mark_with(child.id().to_string().as_bytes());
             }
             std::process::exit(0);
         }
@@ -407,6 +430,9 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 mark_with(child.id().to_string().as_bytes());
+                // Our exit makes the host close the stderr pipe, and the grandchild's next
+                // write then kills it with SIGPIPE: the test must see it alive first.
+                wait_for_release();
             }
             std::process::exit(0);
         }
