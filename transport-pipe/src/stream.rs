@@ -5,7 +5,10 @@
 //! copied once, by the kernel; the sender writes a whole batch of frames with vectored writes
 //! under a deadline, so a peer that stops reading cannot hold the writer forever.
 
+use std::future::Future;
 use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
@@ -152,11 +155,30 @@ async fn write_batch<W: AsyncWrite + Unpin>(
     writer.flush().await
 }
 
+/// Polls `future` once: its output if it is ready, `None` if it would wait (its waker is then
+/// registered, so polling it again later is how to go on).
+async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match future.as_mut().poll(cx) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}
+
 #[async_trait]
 impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
     async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError> {
         let writer = self.writer.as_mut().ok_or(TransportError::Closed)?;
-        match tokio::time::timeout(self.send_timeout, write_batch(writer, batch)).await {
+        let mut write = std::pin::pin!(write_batch(writer, batch));
+        // A peer that reads leaves room in the pipe, and the whole batch goes in one
+        // non-blocking attempt: only a write that has to wait is put under the deadline (a
+        // timer and a clock read, on every send otherwise).
+        if let Some(result) = poll_once(write.as_mut()).await {
+            return result.map_err(io_error);
+        }
+        match tokio::time::timeout(self.send_timeout, write).await {
             Ok(result) => result.map_err(io_error),
             Err(_) => Err(TransportError::SendTimeout),
         }
