@@ -166,6 +166,15 @@ impl Worker {
             .enable_all()
             .build()
             .map_err(ServeError::Runtime)?;
-        runtime.block_on(self.serve())
+        // The serving loop runs as a task, not as `block_on`'s own future: tokio wakes a task
+        // by queueing it, but wakes `block_on`'s future by polling the OS for events first,
+        // two extra system calls per call.
+        runtime.block_on(async {
+            match tokio::spawn(self.serve()).await {
+                Ok(served) => served,
+                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+                Err(join) => Err(ServeError::Runtime(std::io::Error::other(join))),
+            }
+        })
     }
 }
