@@ -42,6 +42,7 @@ mod host;
 mod in_process;
 mod launch;
 mod pool;
+mod random;
 mod spawn;
 mod spawner;
 mod stats;
