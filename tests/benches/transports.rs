@@ -364,7 +364,7 @@ fn main() {
 
 /// What each transport is compared with, and the design's target ratio (the epoll floor has
 /// none: it shows how much of a transport's cost the readiness model alone explains).
-const COMPARISONS: [(&str, &str, f64); 8] = [
+const COMPARISONS: [(&str, &str, f64); 9] = [
     (PIPE_TRANSPORT, RAW_PIPE, 1.5),
     (RAW_PIPE_EPOLL, RAW_PIPE, f64::NAN),
     (TOKIO_PIPE, RAW_PIPE, f64::NAN),
@@ -373,6 +373,7 @@ const COMPARISONS: [(&str, &str, f64); 8] = [
     (SOCKET_TRANSPORT, RAW_UNIX, 1.5),
     (SOCKET_TRANSPORT, RAW_PIPE, 1.5),
     (HOST_CALL, RAW_PIPE, 1.3),
+    (HOST_CALL, PIPE_TRANSPORT, f64::NAN),
 ];
 
 /// One comparison of the paired run: medians of per-burst round trip times, and the median of
