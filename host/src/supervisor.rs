@@ -322,6 +322,11 @@ impl Supervisor {
         let mut exited: Option<(ExitInfo, Instant)> = None;
         let mut grace_until: Option<Instant> = None;
         let mut handles_gone = false;
+        // One timer for the whole life, moved only when the next deadline changes: a fresh
+        // `sleep` per turn of the loop would enter and leave tokio's timer wheel several times
+        // per call.
+        let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+        let mut timer_set_for: Option<Instant> = None;
 
         let close_reason = loop {
             // 1. Outcomes and frames the session produced.
@@ -362,7 +367,7 @@ impl Supervisor {
             // 2. Wait for the next input: a command, a frame, time, the process, the writer.
             let now = Instant::now();
             self.expire_waiting(now);
-            let timer = [
+            let next_deadline = [
                 session.poll_timeout(),
                 self.next_waiting_deadline(),
                 grace_until,
@@ -371,6 +376,12 @@ impl Supervisor {
             .into_iter()
             .flatten()
             .min();
+            if next_deadline != timer_set_for {
+                if let Some(at) = next_deadline {
+                    timer.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                timer_set_for = next_deadline;
+            }
             tokio::select! {
                 command = self.commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => {
@@ -427,7 +438,9 @@ impl Supervisor {
                         relay.worker_gone();
                     }
                 }
-                _ = sleep_until_opt(timer) => {
+                () = &mut timer, if timer_set_for.is_some() => {
+                    // Fired: re-armed next turn if a deadline is still pending.
+                    timer_set_for = None;
                     let now = Instant::now();
                     session.handle_timeout(now);
                     if grace_until.is_some_and(|t| now >= t) {
