@@ -42,7 +42,6 @@ mod host;
 mod in_process;
 mod launch;
 mod pool;
-mod random;
 mod spawn;
 mod spawner;
 mod stats;

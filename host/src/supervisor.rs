@@ -21,11 +21,11 @@ use airlock_protocol::{
     TransportError, WorkerInfo,
 };
 use bytes::Bytes;
+use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
-use crate::random::OsRandomBlock;
 use crate::stats::Counters;
 use crate::{CallError, ExitInfo, LostReason, SpawnError};
 
@@ -81,7 +81,7 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
-    rng: OsRandomBlock,
+    rng: UnwrapErr<OsRng>,
     /// Calls accepted but not yet on a worker (handshake or restart in progress).
     waiting: VecDeque<CallRequest>,
     generation: u64,
@@ -108,7 +108,7 @@ impl Supervisor {
             commands,
             counters,
             alive,
-            rng: OsRandomBlock::new(),
+            rng: UnwrapErr(OsRng),
             waiting: VecDeque::new(),
             generation: 0,
             restart_times: VecDeque::new(),
@@ -527,7 +527,7 @@ struct Link {
 }
 
 impl Link {
-    fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut OsRandomBlock) {
+    fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut UnwrapErr<OsRng>) {
         // A call already past its deadline is not sent: it would only time out on the worker
         // and take the worker, and every call beside it, down for nothing.
         if call.deadline <= Instant::now() {
