@@ -81,6 +81,10 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
+    /// One `getrandom` per call id, on purpose. A buffer of OS randomness would save that
+    /// system call (about 250 ns), but `fork` copies it: a host used on both sides of a fork
+    /// would send the same ids in the same order, and a worker that saw one side's could forge
+    /// the other's next `Return` (review of 4e525c8, reverted).
     rng: UnwrapErr<OsRng>,
     /// Calls accepted but not yet on a worker (handshake or restart in progress).
     waiting: VecDeque<CallRequest>,
