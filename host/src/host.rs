@@ -203,12 +203,16 @@ impl Host {
     }
 
     /// Calls `M`, which must finish by `deadline`. Dropping the returned future cancels the
-    /// call (a `Cancel` is sent to the worker).
+    /// call (a `Cancel` is sent to the worker). A deadline more than
+    /// [`MAX_TIMEOUT`](airlock_protocol::MAX_TIMEOUT) (365 days) away is held to that.
     pub async fn call_with_deadline<M: Method>(
         &self,
         request: &M::Request,
         deadline: Instant,
     ) -> Result<M::Response, CallError> {
+        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
+        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
+        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
         let counters = &self.shared.counters;
         counters.started.fetch_add(1, Ordering::Relaxed);
         let mut guard = InFlight::new(&self.shared);

@@ -226,6 +226,48 @@ async fn invariant_07_every_wait_is_bounded() {
     );
 }
 
+/// The latest `Instant` this platform can represent.
+fn end_of_time() -> Instant {
+    let now = Instant::now();
+    let (mut low, mut high) = (0u64, u64::MAX);
+    while low < high {
+        let mid = low + (high - low) / 2 + 1;
+        if now.checked_add(Duration::from_secs(mid)).is_some() {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let mut end = now + Duration::from_secs(low);
+    for step in [100_000_000, 1_000_000, 10_000, 100, 1] {
+        while let Some(later) = end.checked_add(Duration::from_nanos(step)) {
+            end = later;
+        }
+    }
+    end
+}
+
+/// Invariant 7, at the edge: a caller's deadline at the end of time means "no deadline" and is
+/// held to `MAX_TIMEOUT`. Before, tokio's timer overflowed on it inside the supervisor, and
+/// every later call on that host failed with `Shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invariant_07_a_deadline_at_the_end_of_time_is_held_to_max_timeout() {
+    let end = end_of_time();
+    // Live: that instant really is the last one; one nanosecond more does not exist.
+    assert!(end.checked_add(Duration::from_nanos(1)).is_none());
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        host.call_with_deadline::<Sleep>(&5, end),
+    )
+    .await;
+    assert_eq!(answer, Ok(Ok(5)));
+    // The supervisor is alive and serving the same worker.
+    assert_eq!(host.call::<Sum>(&vec![2, 3]).await, Ok(5));
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
 /// Invariant 8: errors cross as data only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_08_errors_cross_as_data() {
