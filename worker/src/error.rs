@@ -48,6 +48,9 @@ pub enum ServeError {
     /// No transport feature was compiled in, or the environment names one not compiled in.
     #[error("no usable transport: {0}")]
     NoTransport(&'static str),
+    /// The process could not make itself non-dumpable (see [`Worker::serve`](crate::Worker::serve)).
+    #[error("could not make the worker process non-dumpable: {0}")]
+    Undumpable(#[source] std::io::Error),
     /// The connection failed while serving.
     #[error("connection failed: {0}")]
     Connection(#[from] airlock_protocol::TransportError),

@@ -142,7 +142,14 @@ impl Worker {
     /// Serves over the transport the host chose for this process (from the environment:
     /// a socket when `AIRLOCK_SOCKET_FD` or `AIRLOCK_SOCKET_NAME` is set and the `socket`
     /// feature is on, otherwise the pipe on stdin/stdout). Must run in a tokio runtime.
+    ///
+    /// On Linux it first makes the process non-dumpable (`PR_SET_DUMPABLE` = 0), before it
+    /// touches its channel: other processes of the same uid (a hostile sibling worker) can then
+    /// neither ptrace it nor open its descriptors through `/proc/<pid>/fd`. It also means no
+    /// core dumps. Fails with [`ServeError::Undumpable`] if that cannot be done.
+    /// [`serve_on`](Self::serve_on), which an in-process twin uses inside the host, does not.
     pub async fn serve(self) -> Result<(), ServeError> {
+        make_undumpable()?;
         crate::env_transport::serve_from_env(self).await
     }
 
@@ -177,4 +184,18 @@ impl Worker {
             }
         })
     }
+}
+
+/// See [`Worker::serve`]. A process that is not dumpable has its `/proc/<pid>` entries owned by
+/// root and refuses ptrace from anything without `CAP_SYS_PTRACE`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn make_undumpable() -> Result<(), ServeError> {
+    use rustix::process::{set_dumpable_behavior, DumpableBehavior};
+    set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|errno| ServeError::Undumpable(errno.into()))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn make_undumpable() -> Result<(), ServeError> {
+    Ok(())
 }

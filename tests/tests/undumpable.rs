@@ -1,0 +1,99 @@
+//! A serving `airlock-worker` is non-dumpable: another process of its own uid (a hostile
+//! sibling worker, SECURITY.md's first residual) can neither ptrace it nor list or open its
+//! descriptors through `/proc/<pid>/fd`.
+//!
+//! The worker and the "sibling" both run as uid 65534 through `setpriv`, so the test needs
+//! root to switch uids (as root, `CAP_SYS_PTRACE` would bypass the check being tested). It
+//! skips with a printed reason where it cannot.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use airlock_host::Host;
+use airlock_tests::e2e::worker_bin;
+use airlock_worker::builtin::{Echo, Pid};
+use serde_bytes::ByteBuf;
+
+const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+
+/// `setpriv`'s path, or why the test cannot run here.
+fn setpriv() -> Result<&'static str, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("not running as root, so cannot switch to another uid".into());
+    }
+    ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| "setpriv is not installed".into())
+}
+
+/// Runs `program args` as uid/gid 65534.
+fn as_nobody(setpriv: &str, program: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(setpriv);
+    cmd.args(NOBODY)
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// Can a process of uid 65534 list `pid`'s open descriptors?
+fn nobody_lists_fds_of(setpriv: &str, pid: u32) -> bool {
+    as_nobody(setpriv, "ls", &[&format!("/proc/{pid}/fd")])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The real uid of `pid`, from `/proc/<pid>/status`.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_uid_sibling_cannot_reach_a_serving_workers_descriptors() {
+    let name = "a_same_uid_sibling_cannot_reach_a_serving_workers_descriptors";
+    let setpriv = match setpriv() {
+        Ok(path) => path,
+        Err(reason) => return println!("SKIPPED {name}: {reason}"),
+    };
+    let worker = worker_bin().to_string_lossy().into_owned();
+    let runnable = as_nobody(setpriv, "test", &["-x", &worker]).status();
+    if !runnable.as_ref().is_ok_and(|s| s.success()) {
+        return println!("SKIPPED {name}: uid 65534 cannot execute {worker} ({runnable:?})");
+    }
+
+    // Live: against an ordinary process of uid 65534, another process of that uid gets in.
+    let mut ordinary = as_nobody(setpriv, "sleep", &["30"]).spawn().unwrap();
+    let ordinary_is_open = nobody_lists_fds_of(setpriv, ordinary.id());
+    let _ = ordinary.kill();
+    let _ = ordinary.wait();
+    assert!(
+        ordinary_is_open,
+        "the probe is broken: uid 65534 could not list a dumpable process of its own"
+    );
+
+    // The worker, started by the host as uid 65534 and serving.
+    let host = Host::builder(setpriv)
+        .arg(NOBODY[0])
+        .arg(NOBODY[1])
+        .arg(NOBODY[2])
+        .arg(&worker)
+        .spawn()
+        .await
+        .expect("the worker, run as uid 65534, completes its handshake");
+    let pid = host.call::<Pid>(&()).await.unwrap();
+    assert_eq!(uid_of(pid), Some(65534), "the worker runs as uid 65534");
+    assert!(
+        !nobody_lists_fds_of(setpriv, pid),
+        "a process of the worker's own uid listed its descriptors through /proc/{pid}/fd"
+    );
+    // Still serving, of course.
+    let payload = ByteBuf::from(b"undumpable".to_vec());
+    assert_eq!(host.call::<Echo>(&payload).await, Ok(payload));
+    host.shutdown().await;
+}
