@@ -43,6 +43,13 @@ impl PoolBuilder {
 
 /// Several supervised workers behind one call API. A worker's failure affects only the calls
 /// on that worker; each is replaced by its own supervisor.
+///
+/// A pool spreads load; it does not isolate its workers from each other. airlock's channel
+/// keeps one worker's frames from reaching another's calls, but until OS confinement gives
+/// each worker its own uid or namespaces, the workers run with the host's uid, and a hostile
+/// one can reach its siblings through the operating system (signals, ptrace, their pipes under
+/// `/proc`): see SECURITY.md, "Residuals". Send calls that must not see each other's data to
+/// different hosts run under different uids.
 #[derive(Clone, Debug)]
 pub struct Pool {
     hosts: Vec<Host>,
