@@ -47,9 +47,10 @@ impl PoolBuilder {
 /// A pool spreads load; it does not isolate its workers from each other. airlock's channel
 /// keeps one worker's frames from reaching another's calls, but until OS confinement gives
 /// each worker its own uid or namespaces, the workers run with the host's uid, and a hostile
-/// one can reach its siblings through the operating system (signals, ptrace, their pipes under
-/// `/proc`): see SECURITY.md, "Residuals". Send calls that must not see each other's data to
-/// different hosts run under different uids.
+/// one can reach its siblings through the operating system (signals; ptrace of the host; the
+/// host's ends of their pipes under `/proc/<host>/fd` and of their sockets via `pidfd_getfd`):
+/// see SECURITY.md, "Residuals". Send calls that must not see each other's data to workers
+/// launched under different uids, not to workers of one pool.
 #[derive(Clone, Debug)]
 pub struct Pool {
     hosts: Vec<Host>,

@@ -1,6 +1,7 @@
 //! A serving `airlock-worker` is non-dumpable: another process of its own uid (a hostile
-//! sibling worker, SECURITY.md's first residual) can neither ptrace it nor list or open its
-//! descriptors through `/proc/<pid>/fd`.
+//! sibling worker, SECURITY.md's first residual) cannot list its descriptors through
+//! `/proc/<pid>/fd`, and so cannot reach them to reopen. (The host's copies of the same channel are another matter; see
+//! SECURITY.md.)
 //!
 //! The worker and the "sibling" both run as uid 65534 through `setpriv`, so the test needs
 //! root to switch uids (as root, `CAP_SYS_PTRACE` would bypass the check being tested). It
@@ -10,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use airlock_host::Host;
-use airlock_tests::e2e::worker_bin;
+use airlock_tests::e2e::{rogue_bin, worker_bin};
 use airlock_worker::builtin::{Echo, Pid};
 use serde_bytes::ByteBuf;
 
@@ -47,6 +48,18 @@ fn nobody_lists_fds_of(setpriv: &str, pid: u32) -> bool {
         .is_ok_and(|status| status.success())
 }
 
+/// A host whose worker is `program args` run as uid 65534.
+async fn host_as_nobody(setpriv: &str, program: &str, args: &[&str]) -> Host {
+    let mut builder = Host::builder(setpriv);
+    for arg in NOBODY.iter().chain([&program]).chain(args) {
+        builder = builder.arg(*arg);
+    }
+    builder
+        .spawn()
+        .await
+        .expect("the worker, run as uid 65534, completes its handshake")
+}
+
 /// The real uid of `pid`, from `/proc/<pid>/status`.
 fn uid_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -67,25 +80,27 @@ async fn a_same_uid_sibling_cannot_reach_a_serving_workers_descriptors() {
         return println!("SKIPPED {name}: uid 65534 cannot execute {worker} ({runnable:?})");
     }
 
-    // Live: against an ordinary process of uid 65534, another process of that uid gets in.
-    let mut ordinary = as_nobody(setpriv, "sleep", &["30"]).spawn().unwrap();
-    let ordinary_is_open = nobody_lists_fds_of(setpriv, ordinary.id());
-    let _ = ordinary.kill();
-    let _ = ordinary.wait();
-    assert!(
-        ordinary_is_open,
-        "the probe is broken: uid 65534 could not list a dumpable process of its own"
+    // Live: a worker that does not harden itself (the rogue, honest here, speaking the same
+    // protocol on its stdin and stdout) is open to another process of its uid. (Only listing is
+    // probed: this host runs as root, so its pipes are root's, mode 0600, and reopening them
+    // would fail on their permissions whatever the worker does. Review reopened them with the
+    // host running as the workers' uid.)
+    let rogue = rogue_bin().to_string_lossy().into_owned();
+    let plain = host_as_nobody(setpriv, &rogue, &["honest"]).await;
+    let plain_pid = plain.call::<Pid>(&()).await.unwrap();
+    assert_eq!(
+        uid_of(plain_pid),
+        Some(65534),
+        "the rogue runs as uid 65534"
     );
+    assert!(
+        nobody_lists_fds_of(setpriv, plain_pid),
+        "the probe is broken: uid 65534 could not reach a dumpable worker of its own uid"
+    );
+    plain.shutdown().await;
 
-    // The worker, started by the host as uid 65534 and serving.
-    let host = Host::builder(setpriv)
-        .arg(NOBODY[0])
-        .arg(NOBODY[1])
-        .arg(NOBODY[2])
-        .arg(&worker)
-        .spawn()
-        .await
-        .expect("the worker, run as uid 65534, completes its handshake");
+    // The airlock worker, started the same way and serving.
+    let host = host_as_nobody(setpriv, &worker, &[]).await;
     let pid = host.call::<Pid>(&()).await.unwrap();
     assert_eq!(uid_of(pid), Some(65534), "the worker runs as uid 65534");
     assert!(

@@ -145,8 +145,10 @@ impl Worker {
     ///
     /// On Linux it first makes the process non-dumpable (`PR_SET_DUMPABLE` = 0), before it
     /// touches its channel: other processes of the same uid (a hostile sibling worker) can then
-    /// neither ptrace it nor open its descriptors through `/proc/<pid>/fd`. It also means no
-    /// core dumps. Fails with [`ServeError::Undumpable`] if that cannot be done.
+    /// neither ptrace this process nor open its own descriptors through `/proc/<pid>/fd`. The
+    /// host's copies of the same channel are not covered, nor are programs a handler execs; see
+    /// SECURITY.md, "Residuals". It also means no core dumps. Fails with
+    /// [`ServeError::Undumpable`] if that cannot be done.
     /// [`serve_on`](Self::serve_on), which an in-process twin uses inside the host, does not.
     pub async fn serve(self) -> Result<(), ServeError> {
         make_undumpable()?;
