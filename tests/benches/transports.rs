@@ -92,30 +92,29 @@ enum Link {
 }
 
 impl Link {
+    /// Blocking `write` and `read` on a child's stdin and stdout.
     fn raw_pipe() -> Self {
-        let mut child = peer_command(RAW_PIPE)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        Link::Raw {
-            to: Box::new(child.stdin.take().unwrap()),
-            from: Box::new(child.stdout.take().unwrap()),
-            child,
-        }
+        Self::raw_pipe_peer(RAW_PIPE, |from| Box::new(from))
     }
 
     /// The readiness model alone, no runtime: each side waits in `epoll_wait` and then reads,
     /// as tokio does, with plain non-blocking pipes. The floor for any epoll-based transport.
     fn raw_pipe_epoll() -> Self {
-        let mut child = peer_command(RAW_PIPE_EPOLL)
+        Self::raw_pipe_peer(RAW_PIPE_EPOLL, |from| {
+            Box::new(EpollReader::new(from.into()))
+        })
+    }
+
+    /// A `role` peer on plain pipes, read from through `reader`.
+    fn raw_pipe_peer(role: &str, reader: fn(std::process::ChildStdout) -> Box<dyn Read>) -> Self {
+        let mut child = peer_command(role)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn");
         Link::Raw {
             to: Box::new(child.stdin.take().unwrap()),
-            from: Box::new(EpollReader::new(child.stdout.take().unwrap().into())),
+            from: reader(child.stdout.take().unwrap()),
             child,
         }
     }
@@ -448,23 +447,27 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// This process's stdin and stdout, as owned descriptors (the peer's pipes to the bench).
+fn stdio_pipes() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    let input = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
+    let output = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+    (input, output)
+}
+
 /// The echo side, in the re-executed process.
 fn peer(role: &str) {
     match role {
         RAW_PIPE => {
-            let input = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
-            let output = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+            let (input, output) = stdio_pipes();
             echo_raw(std::fs::File::from(input), std::fs::File::from(output));
         }
         RAW_PIPE_EPOLL => {
-            let input = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
-            let output = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+            let (input, output) = stdio_pipes();
             echo_raw(EpollReader::new(input), std::fs::File::from(output));
         }
         TOKIO_PIPE => {
             use tokio::io::AsyncWriteExt;
-            let input = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
-            let output = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+            let (input, output) = stdio_pipes();
             runtime().block_on(async {
                 let mut input = tokio::net::unix::pipe::Receiver::from_owned_fd(input).unwrap();
                 let mut output = tokio::net::unix::pipe::Sender::from_owned_fd(output).unwrap();

@@ -251,23 +251,11 @@ async fn wrong_and_replayed_tokens_are_refused() {
 
 /// Runs `airlock-test-peer` as uid/gid 65534 through `setpriv`, or says why it cannot.
 fn as_nobody(role: &str, env: &[(&str, OsString)]) -> Result<Command, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("not running as root, so cannot switch to another uid".into());
-    }
-    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .ok_or("setpriv is not installed")?;
-    let mut cmd = Command::new(setpriv);
-    cmd.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        PEER,
-        role,
-    ])
-    .env_clear()
-    .envs(env.iter().cloned());
+    let mut cmd = Command::new(airlock_tests::support::setpriv()?);
+    cmd.args(airlock_tests::support::AS_NOBODY)
+        .args([PEER, role])
+        .env_clear()
+        .envs(env.iter().cloned());
     Ok(cmd)
 }
 

@@ -7,31 +7,18 @@
 //! root to switch uids (as root, `CAP_SYS_PTRACE` would bypass the check being tested). It
 //! skips with a printed reason where it cannot.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use airlock_host::Host;
 use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_tests::support::{setpriv, AS_NOBODY};
 use airlock_worker::builtin::{Echo, Pid};
 use serde_bytes::ByteBuf;
-
-const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
-
-/// `setpriv`'s path, or why the test cannot run here.
-fn setpriv() -> Result<&'static str, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("not running as root, so cannot switch to another uid".into());
-    }
-    ["/usr/bin/setpriv", "/bin/setpriv"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .ok_or_else(|| "setpriv is not installed".into())
-}
 
 /// Runs `program args` as uid/gid 65534.
 fn as_nobody(setpriv: &str, program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(setpriv);
-    cmd.args(NOBODY)
+    cmd.args(AS_NOBODY)
         .arg(program)
         .args(args)
         .env_clear()
@@ -51,7 +38,7 @@ fn nobody_lists_fds_of(setpriv: &str, pid: u32) -> bool {
 /// A host whose worker is `program args` run as uid 65534.
 async fn host_as_nobody(setpriv: &str, program: &str, args: &[&str]) -> Host {
     let mut builder = Host::builder(setpriv);
-    for arg in NOBODY.iter().chain([&program]).chain(args) {
+    for arg in AS_NOBODY.iter().chain([&program]).chain(args) {
         builder = builder.arg(*arg);
     }
     builder

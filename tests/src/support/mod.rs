@@ -3,7 +3,9 @@
 mod alloc;
 mod child_fd;
 mod frames;
+mod nobody;
 
 pub use alloc::PeakAlloc;
 pub use child_fd::pass_socket_fd;
 pub use frames::{hello_frame, pattern, raw_frame};
+pub use nobody::{setpriv, AS_NOBODY};
