@@ -16,9 +16,10 @@
 //!   scenario at the supervisor's restart path.
 //! - `ROGUE_MARK=path`: evidence the scenario writes, always *before* the act it evidences
 //!   (after a hostile write the host may SIGKILL the rogue at any moment): "staged" before the
-//!   forged frame of `predictable_id`; the grandchild's pid (`fork_grandchild`, `setsid_grandchild`); the hex of the
-//!   frame about to be dribbled (`dribble`); `cancel <hex id>` once a `Cancel` it ignores has
-//!   arrived (`ignore_cancel`); "closing" before it drops fd 1 (`close_write_side`).
+//!   forged frame of `predictable_id`; the grandchild's pid (`fork_grandchild`,
+//!   `setsid_grandchild`, which marks `no grandchild: ERROR` if it could not start one); the
+//!   hex of the frame about to be dribbled (`dribble`); `cancel <hex id>` once a `Cancel` it
+//!   ignores has arrived (`ignore_cancel`); "closing" before it drops fd 1 (`close_write_side`).
 //! - `ROGUE_LOG=path`: written only by a worker that strikes. One line per event: `> HEX` for
 //!   bytes written to the host, exactly as one `write` (a whole frame, a bare prefix, a single
 //!   dribbled byte), and `< HEX` for each frame payload received (no length prefix).
@@ -411,28 +412,31 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         }
         "setsid_grandchild" => {
             // A grandchild in a session (and process group) of its own, so a kill of our
-            // group misses it; it keeps our stderr and writes to it.
-            let child = std::process::Command::new("setsid")
-                .args([
-                    "sh",
-                    "-c",
-                    "while :; do echo escaped grandchild writing >&2; sleep 0.05; done",
-                ])
-                .spawn();
-            if let Ok(child) = child {
-                // Exit only once it has left our session, or the group kill would catch it.
-                let pid = rustix::process::Pid::from_raw(child.id() as i32);
-                let ours = rustix::process::getsid(None).ok();
-                for _ in 0..400 {
-                    if rustix::process::getsid(pid).ok() != ours {
-                        break;
+            // group misses it; it keeps our stderr and writes to it. It is this binary again
+            // (see `ESCAPED_GRANDCHILD`), so the scenario needs no other program and no PATH.
+            let child = std::env::current_exe().and_then(|exe| {
+                std::process::Command::new(exe)
+                    .arg(ESCAPED_GRANDCHILD)
+                    .spawn()
+            });
+            match child {
+                Ok(child) => {
+                    // Exit only once it has left our session, or the group kill would catch it.
+                    let pid = rustix::process::Pid::from_raw(child.id() as i32);
+                    let ours = rustix::process::getsid(None).ok();
+                    for _ in 0..400 {
+                        if rustix::process::getsid(pid).ok() != ours {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    mark_with(child.id().to_string().as_bytes());
+                    // Our exit makes the host close the stderr pipe, and the grandchild's next
+                    // write then fails and it exits: the test must see it alive first.
+                    wait_for_release();
                 }
-                mark_with(child.id().to_string().as_bytes());
-                // Our exit makes the host close the stderr pipe, and the grandchild's next
-                // write then kills it with SIGPIPE: the test must see it alive first.
-                wait_for_release();
+                // Evidence of why there is no grandchild, for the test to print.
+                Err(e) => mark_with(format!("no grandchild: {e}").as_bytes()),
             }
             std::process::exit(0);
         }
@@ -451,8 +455,28 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
     }
 }
 
+/// The argument that makes this binary the escaped grandchild of `setsid_grandchild`.
+const ESCAPED_GRANDCHILD: &str = "--escaped-grandchild";
+
+/// The escaped grandchild: leaves the worker's session (and so its process group), then writes
+/// to the stderr it inherited until a write fails (the host closed its read end).
+fn escaped_grandchild() -> ExitCode {
+    if let Err(e) = rustix::process::setsid() {
+        eprintln!("escaped grandchild: setsid failed: {e}");
+        return ExitCode::FAILURE;
+    }
+    let mut stderr = std::io::stderr();
+    while stderr.write_all(b"escaped grandchild writing\n").is_ok() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_else(|| "honest".into());
+    if scenario == ESCAPED_GRANDCHILD {
+        return escaped_grandchild();
+    }
     if let Some(path) = std::env::var_os("ROGUE_PIDS") {
         if let Ok(mut pids) = std::fs::OpenOptions::new()
             .create(true)
