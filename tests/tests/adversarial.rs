@@ -1424,10 +1424,16 @@ async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
                 .and_then(|m| m.trim().parse::<u32>().ok())
                 .map(|gc| std::fs::read_to_string(format!("/proc/{gc}/stat")));
             let stderr = relayed.lock().unwrap().clone();
+            let outcome = if call.is_finished() {
+                format!("{:?}", call.await)
+            } else {
+                "still pending".to_string()
+            };
             panic!(
                 "never caught the grandchild running: mark {mark:?}, its /proc stat \
-                 {proc_entry:?}, the call finished: {}, the rogue's stderr: {stderr:?}",
-                call.is_finished()
+                 {proc_entry:?}, workers started {:?}, the call {outcome}, the rogue's \
+                 stderr {stderr:?}",
+                scene.pids()
             );
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
