@@ -57,17 +57,24 @@ pub fn rogue_bin() -> PathBuf {
     built("airlock-tests", "rogue-worker", &CELL)
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (state first), or `None` if there
+/// is no such process. The name is skipped by its closing parenthesis: it may hold spaces.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    Some(after_name.split_whitespace().map(str::to_owned).collect())
+}
+
 /// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`).
 pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
+    stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
+}
+
+/// The session id of a process, from `/proc/<pid>/stat`. Read there rather than with
+/// `getsid`: inside a PID namespace whose session leader lives outside it, the kernel reports
+/// session 0, which rustix's `getsid` cannot represent (it panics).
+pub fn session_of(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(3)?.parse().ok()
 }
 
 /// An instant `ms` milliseconds from now: a short call deadline.

@@ -31,7 +31,7 @@ use airlock_protocol::{
     decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{process_alive, rogue_bin, soon};
+use airlock_tests::e2e::{process_alive, rogue_bin, session_of, soon};
 use airlock_tests::support::PeakAlloc;
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
@@ -1404,15 +1404,7 @@ async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
             .and_then(|m| m.trim().parse::<u32>().ok())
             .and_then(|gc| {
                 let pipe = std::fs::read_link(format!("/proc/{gc}/fd/2")).ok()?;
-                let stat = std::fs::read_to_string(format!("/proc/{gc}/stat")).ok()?;
-                let session: u32 = stat
-                    .rsplit(')')
-                    .next()?
-                    .split_whitespace()
-                    .nth(3)?
-                    .parse()
-                    .ok()?;
-                Some((gc, pipe, session))
+                Some((gc, pipe, session_of(gc)?))
             });
         if let Some(caught) = caught {
             break caught;

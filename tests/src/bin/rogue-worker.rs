@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use airlock_protocol::frame::{encode_frame, Call, Fail, Frame, Hello, Progress, Return};
 use airlock_protocol::{decode_frame, CallId, FrameDecoder, PROTOCOL_VERSION};
+use airlock_tests::e2e::session_of;
 
 struct Rogue {
     decoder: FrameDecoder,
@@ -422,10 +423,10 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             match child {
                 Ok(child) => {
                     // Exit only once it has left our session, or the group kill would catch it.
-                    let pid = rustix::process::Pid::from_raw(child.id() as i32);
-                    let ours = rustix::process::getsid(None).ok();
+                    // (Its session id becomes its own pid; ours may read as 0 inside a PID
+                    // namespace, so compare with that, not with ours.)
                     for _ in 0..400 {
-                        if rustix::process::getsid(pid).ok() != ours {
+                        if session_of(child.id()) == Some(child.id()) {
                             break;
                         }
                         std::thread::sleep(Duration::from_millis(5));
