@@ -1,4 +1,5 @@
-//! Locating and building the binaries the end-to-end suites spawn.
+//! Locating and building the binaries the end-to-end suites spawn, and reading what became of
+//! the processes they started.
 //!
 //! Integration tests of this crate cannot name another package's binary with
 //! `CARGO_BIN_EXE_*`, so the bundled `airlock-worker` is found beside the test executable
@@ -57,9 +58,10 @@ pub fn rogue_bin() -> PathBuf {
     built("airlock-tests", "rogue-worker", &CELL)
 }
 
-/// The fields of `/proc/<pid>/stat` after the command name (state first), or `None` if there
-/// is no such process. The name is skipped by its closing parenthesis: it may hold spaces.
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
+/// The fields of `/proc/<pid>/stat` after the command name (state, ppid, pgrp, session, ...),
+/// or `None` if there is no such process. The name is skipped by its last closing parenthesis:
+/// it may hold spaces and parentheses.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = stat.rsplit_once(')')?.1;
     Some(after_name.split_whitespace().map(str::to_owned).collect())
@@ -80,4 +82,52 @@ pub fn session_of(pid: u32) -> Option<u32> {
 /// An instant `ms` milliseconds from now: a short call deadline.
 pub fn soon(ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(ms)
+}
+
+/// A fresh, empty directory for one test's files under the system temp directory, named
+/// `airlock-<label>-<random>`, removed with everything in it when dropped, except while the
+/// test panics: then it stays for the post-mortem and its path is printed. Named at random
+/// rather than by process id: inside a PID namespace every test binary may be pid 1, and two
+/// such runs sharing `/tmp` must not share a directory.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// Creates the directory (never reusing one that exists).
+    pub fn new(label: &str) -> Self {
+        use rand_core::{OsRng, TryRngCore};
+        loop {
+            let tag = OsRng.try_next_u64().expect("the OS random source");
+            let dir = std::env::temp_dir().join(format!("airlock-{label}-{tag:016x}"));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Self(dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("cannot create {}: {e}", dir.display()),
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for ScratchDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for the post-mortem: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }

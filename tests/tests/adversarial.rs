@@ -31,7 +31,7 @@ use airlock_protocol::{
     decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{process_alive, rogue_bin, session_of, soon};
+use airlock_tests::e2e::{process_alive, rogue_bin, session_of, soon, ScratchDir};
 use airlock_tests::support::PeakAlloc;
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
@@ -80,15 +80,12 @@ method!(Misbehave, "misbehave", String => ());
 /// One test's rogue: a private directory for the `ROGUE_*` files.
 struct Scene {
     name: &'static str,
-    dir: PathBuf,
+    dir: ScratchDir,
 }
 
 impl Scene {
     fn new(name: &'static str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("airlock-adversarial-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new(&format!("adversarial-{name}"));
         Self { name, dir }
     }
 
@@ -162,14 +159,6 @@ impl Scene {
         assert_eq!(host.stats().restarts, 1);
         host.shutdown().await;
         await_reaped(fresh).await;
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 
@@ -1433,7 +1422,21 @@ async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
     let escaped = Escaped(grandchild);
     assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
     assert_eq!(session, grandchild, "the grandchild leads its own session");
-    // Caught alive and out of the group's reach: now the worker may exit.
+    // And its writes really reach the host's relay (and this test's capture of it), so that
+    // counting its late lines below can fail.
+    let from_grandchild = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains("escaped grandchild"))
+            .count()
+    };
+    wait_until(
+        "a relayed line from the grandchild",
+        Duration::from_secs(5),
+        || from_grandchild(&relayed.lock().unwrap()) > 0,
+    )
+    .await;
+    // Caught alive, out of the group's reach and heard: now the worker may exit.
     scene.release();
     let outcome = call.await.unwrap();
     match outcome {
@@ -1453,13 +1456,7 @@ async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
         .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == pipe))
         .map(|fd| fd.file_name())
         .collect();
-    let late_lines = relayed
-        .lock()
-        .unwrap()
-        .iter()
-        .skip(relayed_before_reap)
-        .filter(|l| l.contains("escaped grandchild"))
-        .count();
+    let late_lines = from_grandchild(&relayed.lock().unwrap()[relayed_before_reap..]);
     // With the read end closed, its next write failed (EPIPE): it is gone too.
     let died_of_broken_pipe = !process_alive(grandchild);
     drop(escaped);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, Pool, RestartPolicy};
 use airlock_protocol::Method;
-use airlock_tests::e2e::rogue_bin;
+use airlock_tests::e2e::{rogue_bin, stat_fields, ScratchDir};
 use airlock_worker::builtin::{Echo, Pid};
 use serde_bytes::ByteBuf;
 
@@ -179,9 +179,7 @@ async fn chaos(calls: usize) {
                 | 1
         });
     eprintln!("chaos: {calls} calls, CHAOS_SEED={seed}");
-    let dir = std::env::temp_dir().join(format!("airlock-chaos-{}-{calls}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new(&format!("chaos-{calls}"));
     let pids_file = dir.join("pids");
 
     // Warm up the runtime's own descriptors (signal pipe for child reaping) before counting.
@@ -386,18 +384,6 @@ fn unique_payload(seed: u64, task: usize, i: usize, rng: &mut Rng) -> ByteBuf {
     let extra = rng.below(512) as usize;
     bytes.extend((0..extra).map(|_| rng.next() as u8));
     ByteBuf::from(bytes)
-}
-
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name: state, ppid, pgrp, ...
-    Some(
-        stat.rsplit(')')
-            .next()?
-            .split_whitespace()
-            .map(String::from)
-            .collect(),
-    )
 }
 
 fn is_my_child(pid: u32) -> bool {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use airlock_host::Host;
 use airlock_protocol::frame::{Call, Frame};
 use airlock_protocol::{decode_frame, CallId};
-use airlock_tests::e2e::rogue_bin;
+use airlock_tests::e2e::{rogue_bin, ScratchDir};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -55,9 +55,7 @@ fn echo(runtime: &tokio::runtime::Runtime, host: &Host, text: &str) -> bool {
 
 #[test]
 fn invariant_04_ids_stay_fresh_on_both_sides_of_a_fork() {
-    let dir = std::env::temp_dir().join(format!("airlock-fork-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("fork");
     let log = dir.join("log");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

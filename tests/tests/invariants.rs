@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_tests::e2e::{rogue_bin, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Fail, Pid, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
@@ -101,8 +101,7 @@ async fn invariant_03_frames_bind_to_id_phase_and_name() {
 /// only once its call has been sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_04_ids_are_fresh_and_unpredictable() {
-    let dir = std::env::temp_dir().join(format!("airlock-inv4-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("inv4");
     let predicted = dir.join("predicted");
     let host = rogue("predictable_id")
         .env("ROGUE_PREDICTED", &predicted)
@@ -171,8 +170,8 @@ fn failed(stats: &airlock_host::HostStats) -> u64 {
 /// and it is never reused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_06_a_violation_kills_reaps_and_replaces() {
-    let marker = std::env::temp_dir().join(format!("airlock-inv6-{}", std::process::id()));
-    let _ = std::fs::remove_file(&marker);
+    let scratch = ScratchDir::new("inv6");
+    let marker = scratch.join("once");
     let host = rogue("echo_call")
         .env("ROGUE_ONCE", &marker)
         .spawn()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, Method};
-use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin};
+use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
 };
@@ -40,7 +40,8 @@ impl Method for SumOfBytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
-    let marker = tempfile("exit-once");
+    let scratch = ScratchDir::new("lifecycle");
+    let marker = scratch.join("exit-once");
     let host = Host::builder(rogue_bin())
         .arg("exit_mid_call")
         .env("ROGUE_ONCE", &marker)
@@ -303,7 +304,8 @@ macro_rules! lifecycle_tests {
         async fn host_descriptors_do_not_leak_into_the_worker() {
             use std::os::fd::AsRawFd;
             // A descriptor opened without close-on-exec: any child spawned naively inherits it.
-            let canary_path = tempfile("fd-canary");
+            let scratch = airlock_tests::e2e::ScratchDir::new("lifecycle");
+            let canary_path = scratch.join("fd-canary");
             std::fs::write(&canary_path, b"secret").unwrap();
             let canary = rustix::fs::open(
                 &canary_path,
@@ -365,18 +367,4 @@ mod socket_named {
     }
 
     lifecycle_tests!();
-}
-
-fn tempfile(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("airlock-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!(
-        "{name}-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    let _ = std::fs::remove_file(&path);
-    path
 }

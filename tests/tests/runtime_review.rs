@@ -1,12 +1,11 @@
 //! Adversarial review of the host runtime, end to end with real processes. Each test asserts
 //! the SAFE behaviour: a failing test is a reproduced defect (see the review report).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{HostConfig, ViolationCode};
-use airlock_tests::e2e::{process_alive, rogue_bin, worker_bin};
+use airlock_tests::e2e::{process_alive, rogue_bin, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde_bytes::ByteBuf;
 
@@ -17,11 +16,8 @@ fn no_restarts() -> RestartPolicy {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("airlock-review-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> ScratchDir {
+    ScratchDir::new(&format!("review-{name}"))
 }
 
 /// A worker that is a shell script (it never says hello unless told to).
