@@ -139,9 +139,17 @@ impl Supervisor {
                         let _ = ready.send(Err(err));
                         return self.finish();
                     }
-                    WorkerEnd {
-                        reason: LostReason::TransportFailed,
+                    // A replacement that failed its handshake at the transport (the named
+                    // socket's screening) is lost for the same reason, and counted the same
+                    // way, as one whose session saw the same frame.
+                    let reason = match err {
+                        SpawnError::Handshake(reason) => reason,
+                        _ => LostReason::TransportFailed,
+                    };
+                    if let Some(code) = reason.violation_code() {
+                        self.counters.violation(code);
                     }
+                    WorkerEnd { reason }
                 }
             };
             if let Some(ready) = ready.take() {

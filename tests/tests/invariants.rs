@@ -79,7 +79,13 @@ async fn invariant_03_frames_bind_to_id_phase_and_name() {
         ("swapped_name", ViolationCode::MethodMismatch),
         ("progress_after_return", ViolationCode::FinishedCallId),
     ] {
-        let host = rogue(scenario).spawn().await.unwrap();
+        // Only the first worker strikes, so the violations counted are exactly its own.
+        let scratch = ScratchDir::new("inv3");
+        let host = rogue(scenario)
+            .env("ROGUE_ONCE", scratch.join("once"))
+            .spawn()
+            .await
+            .unwrap();
         let mut result = host.call::<Echo>(&payload("victim")).await;
         if scenario == "progress_after_return" {
             // The first answer is honest; the late Progress kills the worker before the next.
@@ -298,17 +304,63 @@ async fn invariant_08_errors_cross_as_data() {
 
 /// Invariant 9: on the socket transport only the spawned child can connect (token and peer
 /// credentials). The named listener's refusals are tested process by process in
-/// `socket_security.rs`; here, the host's own named-socket spawn authenticates its child.
+/// `socket_security.rs`; here a real host's named-socket spawn is attacked: before the worker
+/// connects, an impostor (the worker's own child, so it holds the very name and token) connects
+/// and says a valid `Hello`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_09_only_the_spawned_child_connects() {
-    let host = Host::builder(worker_bin())
+    let scratch = ScratchDir::new("inv9");
+    let host = Host::builder(rogue_bin())
         .transport(airlock_host::TransportChoice::SocketNamed)
+        .arg("impostor_first")
+        .env("ROGUE_MARK", scratch.join("mark"))
+        .env("ROGUE_LOG", scratch.join("log"))
+        .env("ROGUE_PIDS", scratch.join("pids"))
         .spawn()
         .await
         .unwrap();
-    let pid = host.call::<Pid>(&()).await.unwrap();
-    assert!(pid > 0);
-    assert_eq!(host.call::<Sum>(&vec![2, 3]).await, Ok(5));
+    // Live: the impostor connected first, quoting the token the worker then quoted in the Hello
+    // the host accepted, so a listener checking the token alone would have taken the impostor.
+    // (Read with patience: were the impostor accepted, the spawn would return before it marks.)
+    let give_up = Instant::now() + Duration::from_secs(5);
+    let mark = loop {
+        match std::fs::read_to_string(scratch.join("mark")) {
+            Ok(mark) => break mark,
+            Err(_) if Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            Err(e) => panic!("the impostor left no mark: {e}"),
+        }
+    };
+    let (verdict, impostor_token) = mark
+        .strip_prefix("impostor ")
+        .and_then(|rest| rest.split_once(' '))
+        .unwrap_or_else(|| panic!("the impostor never got a verdict: {mark:?}"));
+    let log = std::fs::read_to_string(scratch.join("log")).unwrap_or_default();
+    let workers_hello = log
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("> "))
+        .unwrap_or_else(|| {
+            panic!("the spawned worker never said its Hello (the impostor was {verdict})")
+        });
+    assert_eq!(impostor_token.len(), 64);
+    assert!(
+        workers_hello.ends_with(impostor_token),
+        "the impostor quoted another token than the worker: {impostor_token} vs {workers_hello}"
+    );
+    // Refused: the host closed its connection without a word, and serves the spawned child.
+    assert_eq!(verdict, "refused");
+    let spawned: u32 = std::fs::read_to_string(scratch.join("pids"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(host.call::<Pid>(&()).await, Ok(spawned));
+    assert_eq!(
+        host.call::<Echo>(&payload("after")).await,
+        Ok(payload("after"))
+    );
     host.shutdown().await;
 }
 

@@ -60,6 +60,20 @@ pub fn worker_inherited_fd(fd: RawFd, config: StreamConfig) -> io::Result<Socket
     transport_from_fd(adopt_inherited_socket(fd)?, config)
 }
 
+/// Worker side of inherited mode for a peer that does its own blocking I/O (no tokio runtime):
+/// adopts the socket at [`AIRLOCK_SOCKET_FD`](crate::AIRLOCK_SOCKET_FD), or
+/// [`CHILD_SOCKET_FD`] if it is unset, and returns it as a blocking standard stream.
+///
+/// The same checks, close-on-exec marking and once-per-process rule as [`worker_inherited_fd`]
+/// apply; the caller frames its own bytes (see `PROTOCOL.md`).
+pub fn worker_inherited_blocking() -> io::Result<std::os::unix::net::UnixStream> {
+    let stream =
+        std::os::unix::net::UnixStream::from(adopt_inherited_socket(socket_fd_from_env()?)?);
+    // The host may have left it non-blocking; this caller reads and writes synchronously.
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// Wraps a connected stream socket we own into the transport.
 pub(crate) fn transport_from_fd(fd: OwnedFd, config: StreamConfig) -> io::Result<SocketTransport> {
     let (read, write) = split_socket(fd)?;

@@ -65,7 +65,9 @@ pub use env::{
     AIRLOCK_TOKEN, CHILD_SOCKET_FD, TOKEN_HEX_LEN,
 };
 pub use error::{AcceptError, Refusal};
-pub use inherited::{inherited_pair, worker_inherited, worker_inherited_fd};
+pub use inherited::{
+    inherited_pair, worker_inherited, worker_inherited_blocking, worker_inherited_fd,
+};
 pub use named::{
     worker_connect_named, worker_connect_named_at, Accepted, NamedConfig, NamedListener,
     PeerExpectation, PrivateDir, DEFAULT_CANDIDATE_TIMEOUT, MAX_CANDIDATES, MAX_HELLO_FRAME,

@@ -9,6 +9,8 @@
 //!   it is), prints `sent`, and waits for the host to close the connection (`closed`). If the
 //!   host closed before the `Hello` could be written, it prints only `closed`.
 //! - `squat`: connects, prints `connected`, says nothing, and waits for `closed`.
+//! - `squat_then_work`: connects and says nothing until the host closes that connection
+//!   (`closed`), then plays `worker` on a second connection.
 //! - `connect`: tries to connect; prints `connected` (exit 0) or `error <kind>` (exit 3).
 //! - `listen PARENT`: binds a named listener under PARENT, prints its name, and blocks until
 //!   killed: an earlier run that died and left its name behind.
@@ -61,6 +63,12 @@ async fn run(args: &[String]) -> std::io::Result<ExitCode> {
             say("sent");
             wait_for_close(stream).await
         }
+        Some("squat_then_work") => {
+            // Connects and says nothing until the host gives up on that connection, then
+            // connects again as an honest worker.
+            wait_for_close(connect_raw().await?).await?;
+            worker().await
+        }
         Some("squat") => {
             let stream = connect_raw().await?;
             say("connected");
@@ -85,7 +93,9 @@ async fn run(args: &[String]) -> std::io::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         _ => {
-            eprintln!("usage: airlock-test-peer worker|hello|squat|connect|listen PARENT");
+            eprintln!(
+                "usage: airlock-test-peer worker|hello|squat|squat_then_work|connect|listen PARENT"
+            );
             Ok(ExitCode::from(64))
         }
     }

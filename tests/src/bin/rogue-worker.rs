@@ -35,14 +35,49 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use airlock_protocol::frame::{encode_frame, Call, Fail, Frame, Hello, Progress, Return};
-use airlock_protocol::{decode_frame, CallId, FrameDecoder, PROTOCOL_VERSION};
+use airlock_protocol::{decode_frame, CallId, FrameDecoder, PROTOCOL_VERSION, TOKEN_LEN};
 use airlock_tests::e2e::session_of;
+use airlock_transport_socket::{
+    token_from_env, worker_inherited_blocking, AIRLOCK_SOCKET_FD, AIRLOCK_SOCKET_NAME,
+};
+use std::os::unix::net::UnixStream;
 
 struct Rogue {
     decoder: FrameDecoder,
-    input: std::io::Stdin,
-    output: std::io::Stdout,
+    input: Box<dyn Read>,
+    output: Box<dyn Write>,
+    /// The socket, when the host chose a socket transport (`None`: stdin/stdout pipes).
+    socket: Option<UnixStream>,
+    /// The token a named socket's `Hello` must quote.
+    token: Option<[u8; TOKEN_LEN]>,
     log: Option<std::fs::File>,
+}
+
+/// The channel the host set up, found the way the real worker finds it: a named socket if
+/// `AIRLOCK_SOCKET_NAME` is set, an inherited one if `AIRLOCK_SOCKET_FD` is, else stdin/stdout.
+fn open_channel() -> std::io::Result<Channel> {
+    let socket = if let Some(name) = std::env::var_os(AIRLOCK_SOCKET_NAME) {
+        UnixStream::connect(name)?
+    } else if std::env::var_os(AIRLOCK_SOCKET_FD).is_some() {
+        worker_inherited_blocking()?
+    } else {
+        return Ok(Channel {
+            input: Box::new(std::io::stdin()),
+            output: Box::new(std::io::stdout()),
+            socket: None,
+        });
+    };
+    Ok(Channel {
+        input: Box::new(socket.try_clone()?),
+        output: Box::new(socket.try_clone()?),
+        socket: Some(socket),
+    })
+}
+
+struct Channel {
+    input: Box<dyn Read>,
+    output: Box<dyn Write>,
+    socket: Option<UnixStream>,
 }
 
 /// One call as received.
@@ -114,9 +149,26 @@ impl Rogue {
             worker_name: "rogue-worker",
             worker_version: "1.0.0",
             methods: vec!["echo", "text", "tree", "shape", "pid", "sleep", "misbehave"],
-            token: None,
+            token: self.token.as_ref().map(|t| t.as_slice()),
         };
-        self.send(&Frame::Hello(hello));
+        let bytes = encode_frame(&Frame::Hello(hello));
+        self.send_raw(&bytes);
+    }
+
+    /// Stops sending while keeping the process and its input alive: a socket is shut down for
+    /// writing; over pipes, fd 1 is pointed at `/dev/null`.
+    fn close_write_side(&mut self) {
+        match &self.socket {
+            Some(socket) => {
+                let _ = socket.shutdown(std::net::Shutdown::Write);
+            }
+            None => {
+                if let Ok(null) = std::fs::File::open("/dev/null") {
+                    use std::os::fd::AsFd;
+                    let _ = rustix::stdio::dup2_stdout(null.as_fd());
+                }
+            }
+        }
     }
 
     /// Reads the `Welcome` (or anything) that answers the `Hello`.
@@ -394,17 +446,16 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             sleep_forever();
         }
         "close_write_side" => {
-            // Point fd 1 somewhere else: the host's read side sees end of stream while this
+            // Close only our sending side: the host's read side sees end of stream while this
             // process lives on, still holding its input.
             mark_with(b"closing");
-            if let Ok(null) = std::fs::File::open("/dev/null") {
-                use std::os::fd::AsFd;
-                let _ = rustix::stdio::dup2_stdout(null.as_fd());
-            }
+            rogue.close_write_side();
             sleep_forever();
         }
         "fork_grandchild" => {
-            // A grandchild inherits the channel and outlives us.
+            // A grandchild inherits the channel and outlives us. (A socket channel is
+            // close-on-exec; a hostile worker simply makes an inheritable copy first.)
+            let _inheritable = rogue.socket.as_ref().and_then(|s| rustix::io::dup(s).ok());
             let child = std::process::Command::new("sleep").arg("1000").spawn();
             if let Ok(child) = child {
                 mark_with(child.id().to_string().as_bytes());
@@ -473,10 +524,59 @@ fn escaped_grandchild() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The argument that makes this binary the impostor of `impostor_first`.
+const IMPOSTOR: &str = "--impostor";
+
+/// The impostor: another process holding the worker's socket name and token (inherited from
+/// the worker's environment), which connects and says a valid `Hello` quoting that token. It
+/// marks `impostor refused TOKENHEX` if the host closed the connection without a word, or
+/// `impostor answered TOKENHEX` if anything came back.
+fn impostor() -> ExitCode {
+    let (Some(name), Some(token)) = (std::env::var_os(AIRLOCK_SOCKET_NAME), token_from_env())
+    else {
+        mark_with(b"impostor has no name or token");
+        return ExitCode::FAILURE;
+    };
+    let mut socket = match UnixStream::connect(name) {
+        Ok(socket) => socket,
+        Err(e) => {
+            mark_with(format!("impostor could not connect: {e}").as_bytes());
+            return ExitCode::FAILURE;
+        }
+    };
+    let hello = Hello {
+        protocol: PROTOCOL_VERSION,
+        worker_name: "rogue-worker",
+        worker_version: "1.0.0",
+        methods: vec!["echo", "pid"],
+        token: Some(&token),
+    };
+    let _ = socket.write_all(&encode_frame(&Frame::Hello(hello)));
+    let _ = socket.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reply = [0u8; 1];
+    let verdict = match socket.read(&mut reply) {
+        Ok(1) => "answered",
+        _ => "refused",
+    };
+    mark_with(format!("impostor {verdict} {}", hex(&token)).as_bytes());
+    ExitCode::SUCCESS
+}
+
+/// `impostor_first` (named socket): the worker lets an impostor try its luck before it
+/// connects itself, and waits until the impostor has its verdict.
+fn send_an_impostor_first() {
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = std::process::Command::new(exe).arg(IMPOSTOR).status();
+    }
+}
+
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_else(|| "honest".into());
     if scenario == ESCAPED_GRANDCHILD {
         return escaped_grandchild();
+    }
+    if scenario == IMPOSTOR {
+        return impostor();
     }
     if let Some(path) = std::env::var_os("ROGUE_PIDS") {
         if let Ok(mut pids) = std::fs::OpenOptions::new()
@@ -508,10 +608,22 @@ fn main() -> ExitCode {
                 .open(p)
                 .ok()
         });
+    if scenario == "impostor_first" {
+        send_an_impostor_first();
+    }
+    let channel = match open_channel() {
+        Ok(channel) => channel,
+        Err(e) => {
+            eprintln!("rogue-worker: no channel to the host: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut rogue = Rogue {
         decoder: FrameDecoder::new(64 * 1024 * 1024),
-        input: std::io::stdin(),
-        output: std::io::stdout(),
+        input: channel.input,
+        output: channel.output,
+        socket: channel.socket,
+        token: token_from_env(),
         log,
     };
     match scenario.as_str() {
@@ -532,7 +644,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     match scenario.as_str() {
-        "honest" => rogue.serve_honestly(),
+        "honest" | "impostor_first" => rogue.serve_honestly(),
         "chaos" => {
             while let Some(call) = rogue.next_call() {
                 if call.method == "misbehave" {

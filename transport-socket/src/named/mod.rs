@@ -254,8 +254,10 @@ impl NamedListener {
     /// Each connection whose credentials match `expect` is screened concurrently: it must send
     /// a complete first frame (at most [`MAX_HELLO_FRAME`] and `max_frame` bytes) within the
     /// candidate timeout, and that frame must be a `Hello` with this listener's token. Anything
-    /// else is closed, logged (`tracing::warn!`) and counted. Must be awaited inside a tokio
-    /// runtime with I/O and time enabled.
+    /// else is closed, logged (`tracing::warn!`) and counted. When `expect` names the worker's
+    /// pid, a screened connection can only be the worker's own, so one that fails with anything
+    /// but silence ends the wait at once with [`AcceptError::WorkerRefused`]. Must be awaited
+    /// inside a tokio runtime with I/O and time enabled.
     pub async fn accept_worker(
         self,
         expect: PeerExpectation,
@@ -289,7 +291,16 @@ impl NamedListener {
                             refusals: tally.refusals,
                         });
                     }
-                    Ok(Err(refusal)) => tally.refuse(refusal),
+                    Ok(Err(refusal)) => {
+                        tally.refuse(refusal.clone());
+                        if fails_the_worker(&expect, &refusal) {
+                            pending.abort_all();
+                            return Err(AcceptError::WorkerRefused {
+                                refusal,
+                                refused: tally.refused,
+                            });
+                        }
+                    }
                     Err(_) => tally.refuse(Refusal::Io(io::ErrorKind::Other)),
                 },
                 accepted = self.listener.accept() => match accepted {
@@ -363,6 +374,15 @@ impl Tally {
             self.refusals.push(refusal);
         }
     }
+}
+
+/// True if a screening refusal settles the handshake: with the worker's pid expected, every
+/// screened connection came from the worker itself (its credentials were checked first, and
+/// an unreaped child's pid cannot be reused), so one that sent the wrong first frame, a bad
+/// token or closed early is the worker's own failure. A candidate that merely said nothing in
+/// time is not: the worker may still connect again before the handshake deadline.
+fn fails_the_worker(expect: &PeerExpectation, refusal: &Refusal) -> bool {
+    expect.pid.is_some() && !matches!(refusal, Refusal::HelloTimeout)
 }
 
 /// The credential check, done as soon as the connection is accepted: a peer that fails it is
