@@ -10,8 +10,9 @@
 //! - after shutdown no child process, no process of any worker's group, and no descriptor is
 //!   left.
 //!
-//! The short run (20,000 calls) runs by default; the 100,000-call run is `#[ignore]`d and runs
-//! with `cargo xtask test --stress`. `CHAOS_SEED=<u64>` replays a run's random choices (the
+//! The short run (20,000 calls) runs by default once per transport (pipes, inherited sockets,
+//! named sockets); the 100,000-call run over each transport is `#[ignore]`d and runs with
+//! `cargo xtask test --stress`. `CHAOS_SEED=<u64>` replays a run's random choices (the
 //! timing of real processes is not replayed).
 
 use std::collections::{BTreeMap, HashSet};
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Host, LostReason, Pool, RestartPolicy};
+use airlock_host::{CallError, Host, LostReason, Pool, RestartPolicy, TransportChoice};
 use airlock_protocol::Method;
 use airlock_tests::e2e::{rogue_bin, stat_fields, ScratchDir};
 use airlock_worker::builtin::{Echo, Pid};
@@ -97,23 +98,39 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn chaos_20k_calls_every_outcome_exact_no_leaks() {
-    run(20_000);
+    run(20_000, TransportChoice::Pipe);
+}
+
+#[test]
+fn chaos_20k_calls_over_inherited_sockets() {
+    run(20_000, TransportChoice::SocketInherited);
+}
+
+#[test]
+fn chaos_20k_calls_over_named_sockets() {
+    run(20_000, TransportChoice::SocketNamed);
 }
 
 #[test]
 #[ignore = "stress: cargo xtask test --stress"]
 fn chaos_100k_calls_every_outcome_exact_no_leaks() {
-    run(100_000);
+    for transport in [
+        TransportChoice::Pipe,
+        TransportChoice::SocketInherited,
+        TransportChoice::SocketNamed,
+    ] {
+        run(100_000, transport);
+    }
 }
 
-fn run(calls: usize) {
+fn run(calls: usize, transport: TransportChoice) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(chaos(calls));
+        .block_on(chaos(calls, transport));
 }
 
 /// xorshift64*: small, deterministic per seed, and enough for picking scenarios and gaps.
@@ -167,7 +184,7 @@ impl Tally {
     }
 }
 
-async fn chaos(calls: usize) {
+async fn chaos(calls: usize, transport: TransportChoice) {
     let seed = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -178,12 +195,13 @@ async fn chaos(calls: usize) {
                 .as_nanos() as u64
                 | 1
         });
-    eprintln!("chaos: {calls} calls, CHAOS_SEED={seed}");
+    eprintln!("chaos: {calls} calls over {transport:?}, CHAOS_SEED={seed}");
     let dir = ScratchDir::new(&format!("chaos-{calls}"));
     let pids_file = dir.join("pids");
 
     // Warm up the runtime's own descriptors (signal pipe for child reaping) before counting.
     let warm = Host::builder(rogue_bin())
+        .transport(transport)
         .arg("honest")
         .spawn()
         .await
@@ -194,6 +212,7 @@ async fn chaos(calls: usize) {
 
     let pool = Pool::builder(
         Host::builder(rogue_bin())
+            .transport(transport)
             .arg("chaos")
             .env("ROGUE_PIDS", &pids_file)
             .call_timeout(CALL_TIMEOUT)
