@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use airlock_host::{CallError, Host, LostReason, Pool, RestartPolicy, TransportChoice};
 use airlock_protocol::Method;
 use airlock_tests::e2e::{rogue_bin, stat_fields, ScratchDir};
+use airlock_tests::support::STRIKES_AT_A_CALL;
 use airlock_worker::builtin::{Echo, Pid};
 use serde_bytes::ByteBuf;
 
@@ -37,48 +38,6 @@ impl Method for Misbehave {
 
 const WORKERS: usize = 4;
 const TASKS: usize = 64;
-
-/// Every scenario that strikes at a call. Left out: `frame_before_hello`, `no_hello` and
-/// `wrong_version` strike at the handshake, which a chaos worker is already past; and
-/// `setsid_grandchild` leaves a process outside the worker's group by design (a stated
-/// residual), which the no-process-left check would rightly report.
-const SCENARIOS: &[&str] = &[
-    // codec
-    "return_len_bomb",
-    "header_len_bomb",
-    "deep_nesting",
-    "invalid_utf8",
-    "bad_enum_tag",
-    "trailing_bytes",
-    "wrong_type_body",
-    // framing
-    "frame_over_cap",
-    "stall_prefix",
-    "dribble",
-    "garbage_between_frames",
-    "eof_mid_frame",
-    // correlation
-    "random_id",
-    "predictable_id",
-    "swapped_name",
-    "double_return",
-    "progress_after_return",
-    "replay_return",
-    "echo_call",
-    "progress_flood",
-    // errors
-    "fail_huge_message",
-    "fail_escape_sequences",
-    "fail_forbidden_kind",
-    // process
-    "exit_mid_call",
-    "hang",
-    "ignore_cancel",
-    "close_write_side",
-    "fork_grandchild",
-    "stderr_flood",
-    "never_read",
-];
 
 /// Deadline of an echo call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -379,7 +338,8 @@ async fn control(pool: Pool, mut rng: Rng, done: Arc<AtomicBool>) -> Control {
                 }
             }
         } else {
-            let scenario = SCENARIOS[rng.below(SCENARIOS.len() as u64) as usize].to_string();
+            let scenario =
+                STRIKES_AT_A_CALL[rng.below(STRIKES_AT_A_CALL.len() as u64) as usize].to_string();
             strikes.push(tokio::spawn(async move {
                 let deadline = Instant::now() + MISBEHAVE_DEADLINE;
                 tokio::time::timeout(

@@ -271,6 +271,8 @@ fn next_counter_id(id: CallId) -> CallId {
     )
 }
 
+/// Strikes with `scenario` at `call`. Scenarios that end the process (exit, or sleep for ever)
+/// never return; the rest return once they have struck, and the caller goes on serving.
 fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
     let (id, method) = (call.id, call.method.as_str());
     match scenario {
@@ -327,7 +329,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         "garbage_between_frames" => {
             rogue.answer(call);
             rogue.send_raw(&[3, 0, 0, 0, 0xde, 0xad, 0xbe]);
-            rogue.serve_honestly();
         }
         "eof_mid_frame" => {
             let bytes = return_frame(id, method, &call.body);
@@ -338,17 +339,14 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         "random_id" => {
             let forged = CallId::from_bytes(*b"not-a-real-id-!!");
             rogue.send_raw(&return_frame(forged, method, &call.body));
-            rogue.serve_honestly();
         }
         "swapped_name" => {
             let other = if method == "echo" { "text" } else { "echo" };
             rogue.send_raw(&return_frame(id, other, &call.body));
-            rogue.serve_honestly();
         }
         "double_return" => {
             rogue.answer(call);
             rogue.answer(call);
-            rogue.serve_honestly();
         }
         "progress_after_return" => {
             rogue.answer(call);
@@ -357,7 +355,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 method,
                 body: b"late",
             }));
-            rogue.serve_honestly();
         }
         "replay_return" => {
             // Answer this call, then answer the next one with this one's frame.
@@ -366,7 +363,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             if rogue.next_call().is_some() {
                 rogue.send_raw(&first);
             }
-            rogue.serve_honestly();
         }
         "predictable_id" => {
             // Answer honestly, then stage a forged answer for the id a counter scheme would
@@ -381,11 +377,9 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             // is the proof that the frame landed.
             mark_with(b"staged");
             rogue.send_raw(&return_frame(predicted, method, b"\x06forged"));
-            rogue.serve_honestly();
         }
         "echo_call" => {
             rogue.send_raw(&raw_frame(&call.raw));
-            rogue.serve_honestly();
         }
         "progress_flood" => {
             for _ in 0..100_000 {
@@ -395,7 +389,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                     body: b"p",
                 }));
             }
-            rogue.serve_honestly();
         }
         // ----- errors -----
         "fail_huge_message" => {
@@ -407,7 +400,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 message: &message,
                 code: None,
             }));
-            rogue.serve_honestly();
         }
         "fail_escape_sequences" => {
             let message = "\u{1b}[2J\u{1b}[1;31mFAKE HOST LOG: all workers healthy\u{1b}[0m\r\n";
@@ -418,7 +410,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 message,
                 code: None,
             }));
-            rogue.serve_honestly();
         }
         "fail_forbidden_kind" => {
             // A kind outside the closed set (a host-side outcome would need one).
@@ -429,7 +420,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 message: "timed out",
                 code: None,
             }));
-            rogue.serve_honestly();
         }
         // ----- process -----
         "exit_mid_call" => std::process::exit(3),
@@ -497,7 +487,6 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 eprintln!("flood {i} \u{1b}[31m{}", "y".repeat(200));
             }
             rogue.answer(call);
-            rogue.serve_honestly();
         }
         "never_read" => sleep_forever(),
         _ => {
@@ -662,6 +651,8 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             };
             misbehave(&mut rogue, other, &call);
+            // A scenario that returns has struck and lives on: it serves honestly after.
+            rogue.serve_honestly();
         }
     }
     ExitCode::SUCCESS

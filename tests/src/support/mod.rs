@@ -4,8 +4,10 @@ mod alloc;
 mod child_fd;
 mod frames;
 mod nobody;
+mod scenarios;
 
 pub use alloc::PeakAlloc;
 pub use child_fd::pass_socket_fd;
 pub use frames::{hello_frame, pattern, raw_frame};
 pub use nobody::{setpriv, AS_NOBODY};
+pub use scenarios::{STRIKES_AT_A_CALL, SURVIVABLE};
