@@ -1,12 +1,12 @@
 //! End to end against the real `airlock-worker` binary over each transport: calls, many in
-//! flight, deadlines, cancellation, panics, unknown methods, bad requests, exits, restarts and
+//! flight, the in-flight limit, deadlines, cancellation, panics, unknown methods, bad requests, exits, restarts and
 //! the restart budget, shutdown, stdout noise, stderr floods, and no leaks over many cycles.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
-use airlock_protocol::{ErrorKind, Method};
+use airlock_protocol::{ErrorKind, HostConfig, Method};
 use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
@@ -213,6 +213,46 @@ macro_rules! lifecycle_tests {
             let stats = host.stats();
             assert_eq!(stats.restarts, 1);
             assert_eq!(stats.calls_failed.worker_lost, 1);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_call_over_the_in_flight_limit_is_refused_at_once() {
+            let host = worker()
+                .protocol(HostConfig::default().max_in_flight(2).unwrap())
+                .spawn()
+                .await
+                .unwrap();
+            let pid = host.call::<Pid>(&()).await.unwrap();
+            let slow: Vec<_> = (0..2)
+                .map(|_| {
+                    let host = host.clone();
+                    tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
+                })
+                .collect();
+            let waited_from = Instant::now();
+            while host.in_flight() < 2 {
+                assert!(waited_from.elapsed() < Duration::from_secs(5), "the calls never started");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Let both reach the worker: the limit is now reached.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = Instant::now();
+            assert_eq!(host.call::<Sleep>(&1_500).await, Err(CallError::Overloaded));
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "the refusal took {:?}: the call waited for a slot",
+                started.elapsed()
+            );
+            for call in slow {
+                assert_eq!(call.await.unwrap(), Ok(1_500));
+            }
+            // The refusal cost the worker nothing, and a slot is free again.
+            assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+            let stats = host.stats();
+            assert_eq!(stats.calls_failed.refused, 1);
+            assert_eq!(stats.calls_ok, 4);
+            assert_eq!(stats.restarts, 0);
             host.shutdown().await;
         }
 
