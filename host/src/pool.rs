@@ -57,7 +57,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool builder; configure each worker through `configure`.
+    /// A pool builder whose workers are all spawned from `host`, each relabelled `worker-<i>`
+    /// (its index) for the logs.
     pub fn builder(host: HostBuilder) -> PoolBuilder {
         PoolBuilder { host, size: 1 }
     }

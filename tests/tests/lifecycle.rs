@@ -1,12 +1,12 @@
-//! End to end against the real `airlock-worker` binary over the pipe transport: calls, many in
-//! flight, deadlines, cancellation, panics, unknown methods, bad requests, exits, restarts and
+//! End to end against the real `airlock-worker` binary over each transport: calls, many in
+//! flight, the in-flight limit, deadlines, cancellation, panics, unknown methods, bad requests, exits, restarts and
 //! the restart budget, shutdown, stdout noise, stderr floods, and no leaks over many cycles.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
-use airlock_protocol::{ErrorKind, Method};
+use airlock_protocol::{ErrorKind, HostConfig, Method};
 use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
@@ -38,6 +38,9 @@ impl Method for SumOfBytes {
     type Response = i64;
 }
 
+/// The rogue worker exits with code 3 on receiving a call. Pipe only: the rogue speaks the
+/// protocol on its stdin and stdout and nothing else, so it cannot run over a socket. Every
+/// transport is covered with the real worker by `worker_killed_mid_call_...` in the macro below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
     let scratch = ScratchDir::new("lifecycle");
@@ -58,41 +61,10 @@ async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restarts_back_off_and_stop_at_the_budget() {
-    let host = Host::builder(worker_bin())
-        .restart_policy(RestartPolicy {
-            max_restarts: 2,
-            window: Duration::from_secs(60),
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(1),
-        })
-        .spawn()
-        .await
-        .unwrap();
-    let mut pids = HashSet::new();
-    let mut lost_at = Vec::new();
-    for _ in 0..3 {
-        pids.insert(host.call::<Pid>(&()).await.unwrap());
-        assert_eq!(
-            host.call_with_deadline::<Sleep>(&60_000, soon(50)).await,
-            Err(CallError::Timeout)
-        );
-        lost_at.push(Instant::now());
-    }
-    assert_eq!(pids.len(), 3, "each restart is a fresh process");
-    // The budget (2 restarts) is spent: calls fail fast.
-    let started = Instant::now();
-    assert_eq!(
-        host.call::<Sum>(&vec![1]).await,
-        Err(CallError::WorkerLost(LostReason::RestartBudgetExhausted))
-    );
-    assert!(started.elapsed() < Duration::from_millis(500));
-    assert!(!host.is_alive());
-    assert_eq!(host.stats().restarts, 2);
-    for pid in pids {
-        assert!(!process_alive(pid), "worker {pid} survived");
-    }
+/// The backoff before the `n`th restart (1-based) under `policy`, as `RestartPolicy`
+/// documents it: `initial_backoff` doubled for each earlier restart, capped at `max_backoff`.
+fn backoff_before_restart(policy: &RestartPolicy, n: u32) -> Duration {
+    (policy.initial_backoff * 2u32.pow(n - 1)).min(policy.max_backoff)
 }
 
 /// The tests every transport must pass; each module below supplies `worker()`.
@@ -148,6 +120,139 @@ macro_rules! lifecycle_tests {
             let second = host.call::<Pid>(&()).await.unwrap();
             assert_ne!(first, second, "the hung worker was reused");
             assert_eq!(host.stats().restarts, 1);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn restarts_back_off_and_stop_at_the_budget() {
+            let policy = RestartPolicy {
+                max_restarts: 3,
+                window: Duration::from_secs(60),
+                initial_backoff: Duration::from_millis(150),
+                max_backoff: Duration::from_secs(1),
+            };
+            let host = worker().restart_policy(policy).spawn().await.unwrap();
+            let mut pids = HashSet::new();
+            pids.insert(host.call::<Pid>(&()).await.unwrap());
+            for restart in 1..=policy.max_restarts {
+                // The worker cannot be lost before this deadline, so the backoff starts after it.
+                let deadline = soon(50);
+                assert_eq!(
+                    host.call_with_deadline::<Sleep>(&60_000, deadline).await,
+                    Err(CallError::Timeout)
+                );
+                // Sent during the backoff, this call waits for the replacement worker.
+                pids.insert(host.call::<Pid>(&()).await.unwrap());
+                let waited = deadline.elapsed();
+                let backoff = backoff_before_restart(&policy, restart);
+                assert!(
+                    waited >= backoff,
+                    "restart {restart} came {waited:?} after the loss, before its backoff {backoff:?}"
+                );
+            }
+            // Had the backoff not doubled, the last restart would have come 150 ms after its loss.
+            assert_eq!(
+                backoff_before_restart(&policy, policy.max_restarts),
+                Duration::from_millis(600)
+            );
+            assert_eq!(pids.len(), 4, "each restart is a fresh process");
+            assert_eq!(host.stats().restarts, u64::from(policy.max_restarts));
+            // One more loss spends the budget (3 restarts): calls now fail fast.
+            assert_eq!(
+                host.call_with_deadline::<Sleep>(&60_000, soon(50)).await,
+                Err(CallError::Timeout)
+            );
+            let started = Instant::now();
+            assert_eq!(
+                host.call::<Sum>(&vec![1]).await,
+                Err(CallError::WorkerLost(LostReason::RestartBudgetExhausted))
+            );
+            assert!(started.elapsed() < Duration::from_millis(500));
+            assert!(!host.is_alive());
+            assert_eq!(host.stats().restarts, u64::from(policy.max_restarts));
+            for pid in pids {
+                assert!(!process_alive(pid), "worker {pid} survived");
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn worker_killed_mid_call_fails_the_call_and_a_fresh_worker_serves() {
+            let host = worker()
+                .restart_policy(fast_restarts(5))
+                .spawn()
+                .await
+                .unwrap();
+            let pid = host.call::<Pid>(&()).await.unwrap();
+            // A deadline well short of the sleep: a call that missed the kill and reached the
+            // replacement ends in `Timeout`, not a hang.
+            let call = {
+                let host = host.clone();
+                tokio::spawn(async move { host.call_with_deadline::<Sleep>(&60_000, soon(10_000)).await })
+            };
+            let waited_from = Instant::now();
+            while host.in_flight() == 0 {
+                assert!(waited_from.elapsed() < Duration::from_secs(5), "the call never started");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Let the call reach the worker before it dies.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(process_alive(pid));
+            rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid as i32).unwrap(),
+                rustix::process::Signal::KILL,
+            )
+            .unwrap();
+            match call.await.unwrap() {
+                Err(CallError::WorkerLost(LostReason::Exited(info))) => {
+                    assert_eq!(info.signal, Some(9), "{info}")
+                }
+                other => panic!("expected WorkerLost(Exited), got {other:?}"),
+            }
+            let fresh = host.call::<Pid>(&()).await.unwrap();
+            assert_ne!(fresh, pid, "the dead worker was reused");
+            let stats = host.stats();
+            assert_eq!(stats.restarts, 1);
+            assert_eq!(stats.calls_failed.worker_lost, 1);
+            host.shutdown().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_call_over_the_in_flight_limit_is_refused_at_once() {
+            let host = worker()
+                .protocol(HostConfig::default().max_in_flight(2).unwrap())
+                .spawn()
+                .await
+                .unwrap();
+            let pid = host.call::<Pid>(&()).await.unwrap();
+            let slow: Vec<_> = (0..2)
+                .map(|_| {
+                    let host = host.clone();
+                    tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
+                })
+                .collect();
+            let waited_from = Instant::now();
+            while host.in_flight() < 2 {
+                assert!(waited_from.elapsed() < Duration::from_secs(5), "the calls never started");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Let both reach the worker: the limit is now reached.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = Instant::now();
+            assert_eq!(host.call::<Sleep>(&1_500).await, Err(CallError::Overloaded));
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "the refusal took {:?}: the call waited for a slot",
+                started.elapsed()
+            );
+            for call in slow {
+                assert_eq!(call.await.unwrap(), Ok(1_500));
+            }
+            // The refusal cost the worker nothing, and a slot is free again.
+            assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+            let stats = host.stats();
+            assert_eq!(stats.calls_failed.refused, 1);
+            assert_eq!(stats.calls_ok, 4);
+            assert_eq!(stats.restarts, 0);
             host.shutdown().await;
         }
 

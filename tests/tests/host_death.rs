@@ -1,0 +1,149 @@
+//! A host process that dies takes its workers with it (`PR_SET_PDEATHSIG`), even a worker that
+//! is not reading its channel and so would never notice the host is gone.
+//!
+//! The host runs in a separate process: this test binary re-executed to run only
+//! `host_process_role`, which does nothing in a normal run and, with `HOST_ROLE` set, starts two
+//! hosts and reports their workers' pids on stdout. The test SIGKILLs that process (so no
+//! destructor, no shutdown, no kill of the process group runs) and watches the workers die.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_host::Host;
+use airlock_tests::e2e::{process_alive, rogue_bin, stat_fields, worker_bin, ScratchDir};
+use airlock_worker::builtin::Pid;
+
+/// Set (to a scratch directory) in the re-executed host process.
+const HOST_ROLE: &str = "AIRLOCK_TEST_HOST_ROLE";
+/// The line the host process prints once its workers are ready: `PREFIX <worker> <rogue>`.
+const REPORT: &str = "host-death-workers";
+
+/// The host process: a real worker, and a rogue that says hello and then never reads again
+/// (`never_read`), so the end of its channel cannot be what ends it. Lives until killed (at
+/// most a minute, should the test that started it be gone).
+#[test]
+fn host_process_role() {
+    let Some(dir) = std::env::var_os(HOST_ROLE) else {
+        return;
+    };
+    let pids_file = std::path::Path::new(&dir).join("rogue-pids");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let worker = Host::builder(worker_bin()).spawn().await.unwrap();
+        let worker_pid = worker.call::<Pid>(&()).await.unwrap();
+        let _rogue = Host::builder(rogue_bin())
+            .arg("never_read")
+            .env("ROGUE_PIDS", &pids_file)
+            .spawn()
+            .await
+            .unwrap();
+        // The rogue writes its pid before its hello, so it is there once the spawn returned.
+        let rogue_pid: u32 = std::fs::read_to_string(&pids_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        println!("{REPORT} {worker_pid} {rogue_pid}");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+/// Kills and reaps the host process if the test ends early.
+struct HostProcess(Child);
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reaps `pid` if it became this process's child: inside a PID namespace the test binary may
+/// be the init that orphans are handed to.
+fn reap_if_ours(pid: u32) {
+    let parent = stat_fields(pid).and_then(|f| f.get(1)?.parse::<u32>().ok());
+    if parent == Some(std::process::id()) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+        }
+    }
+}
+
+#[test]
+fn a_killed_host_process_takes_its_workers_with_it() {
+    let scratch = ScratchDir::new("host-death");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "host_process_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOST_ROLE, &*scratch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut host = HostProcess(child);
+
+    // Read the report off the host's stdout, with a deadline.
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let workers: Vec<u32> = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the host process never reported its workers");
+        // libtest may have begun the line with the test's name.
+        if let Some((_, pids)) = line.split_once(REPORT) {
+            break pids
+                .split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect();
+        }
+    };
+    assert_eq!(workers.len(), 2);
+    let host_pid = host.0.id();
+    for &pid in &workers {
+        // Live: each worker runs, and is the host process's child, not ours.
+        assert!(process_alive(pid), "worker {pid} is not running");
+        let parent: u32 = stat_fields(pid).unwrap()[1].parse().unwrap();
+        assert_eq!(parent, host_pid, "worker {pid} is not the host's child");
+    }
+
+    host.0.kill().unwrap();
+    host.0.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut survivors = workers.clone();
+    while !survivors.is_empty() && Instant::now() < deadline {
+        survivors.iter().copied().for_each(reap_if_ours);
+        survivors.retain(|&pid| process_alive(pid));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for &pid in &survivors {
+        // Do not leave it running: it is a process this test started.
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    assert!(
+        survivors.is_empty(),
+        "workers {survivors:?} of {workers:?} outlived their SIGKILLed host"
+    );
+}
