@@ -38,27 +38,35 @@ impl Method for SumOfBytes {
     type Response = i64;
 }
 
-/// The rogue worker exits with code 3 on receiving a call. Pipe only: the rogue speaks the
-/// protocol on its stdin and stdout and nothing else, so it cannot run over a socket. Every
-/// transport is covered with the real worker by `worker_killed_mid_call_...` in the macro below.
+/// The rogue worker exits with code 3 on receiving a call, over every transport (the real
+/// worker SIGKILLed mid-call is `worker_killed_mid_call_...` in the macro below).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
-    let scratch = ScratchDir::new("lifecycle");
-    let marker = scratch.join("exit-once");
-    let host = Host::builder(rogue_bin())
-        .arg("exit_mid_call")
-        .env("ROGUE_ONCE", &marker)
-        .restart_policy(fast_restarts(5))
-        .spawn()
-        .await
-        .unwrap();
-    let payload = ByteBuf::from(b"first".to_vec());
-    match host.call::<Echo>(&payload).await {
-        Err(CallError::WorkerLost(LostReason::Exited(info))) => assert_eq!(info.code, Some(3)),
-        other => panic!("expected WorkerLost(Exited), got {other:?}"),
+    for transport in [
+        TransportChoice::Pipe,
+        TransportChoice::SocketInherited,
+        TransportChoice::SocketNamed,
+    ] {
+        let scratch = ScratchDir::new("lifecycle");
+        let marker = scratch.join("exit-once");
+        let host = Host::builder(rogue_bin())
+            .transport(transport)
+            .arg("exit_mid_call")
+            .env("ROGUE_ONCE", &marker)
+            .restart_policy(fast_restarts(5))
+            .spawn()
+            .await
+            .unwrap();
+        let payload = ByteBuf::from(b"first".to_vec());
+        match host.call::<Echo>(&payload).await {
+            Err(CallError::WorkerLost(LostReason::Exited(info))) => {
+                assert_eq!(info.code, Some(3), "{transport:?}")
+            }
+            other => panic!("{transport:?}: expected WorkerLost(Exited), got {other:?}"),
+        }
+        assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
+        host.shutdown().await;
     }
-    assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
-    host.shutdown().await;
 }
 
 /// The backoff before the `n`th restart (1-based) under `policy`, as `RestartPolicy`
