@@ -5,8 +5,14 @@
 //! a type, call a hook or look anything up from the bytes it reads. Every decode runs within
 //! [`Limits`] (input bytes, nesting depth, element count, string length), each checked *before*
 //! its cost is paid, and is strict: truncation, trailing bytes, invalid UTF-8, out-of-range
-//! tags and overlong or overflowing varints are all errors. No input makes it panic, recurse
-//! without bound or allocate more than a small multiple of the input's length.
+//! tags and overlong or overflowing varints are all errors. No input makes it panic or recurse
+//! without bound. Allocation is bounded by the input and the declared type together: strings
+//! and byte strings never exceed the bytes that carry them; capacity reserved ahead of elements
+//! sums, over a whole decode, to at most one element slot per [`INPUT_BYTES_PER_PREALLOC_SLOT`]
+//! (16) input bytes, a slot being one element of the container's type; and the decoded value is
+//! what the input encodes times that type's own expansion. So memory is a small multiple of the
+//! input's length for small element types; box large elements (a `Vec<[u64; 512]>` slot is
+//! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes).
 //!
 //! ```
 //! use airlock_codec::{from_slice, to_vec, DecodeError, Limits};
@@ -64,6 +70,7 @@ pub use de::from_slice;
 pub use error::{is_unsafe_in_text, DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
 pub use limits::{
     Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN,
+    INPUT_BYTES_PER_PREALLOC_SLOT,
 };
 pub use ser::{to_extend, to_slice, to_vec};
 pub use value::{from_value, to_value, Key, Value};

@@ -25,6 +25,31 @@ pub const DEFAULT_MAX_ITEMS: usize = 1024 * 1024;
 /// The same as [`DEFAULT_MAX_BYTES`]: by default only the overall size bounds one payload.
 pub const DEFAULT_MAX_LEN: usize = 16 * 1024 * 1024;
 
+/// Input bytes that buy one pre-allocated element slot: 16.
+///
+/// **The pre-allocation bound.** Over one whole decode, the capacity the decoder offers
+/// containers ahead of their elements sums to at most `input length / 16` element slots, and no
+/// one container is offered more than one slot per 16 bytes still unread, whatever counts the
+/// input claims and however containers nest. A slot is one element of the container's own type,
+/// which the decoder cannot see (serde's `size_hint` carries no type), so in bytes the bound is
+/// that slot count times the size of the largest element type in the target: at most the input
+/// length for elements of 16 bytes or less, but 256 times it for `[u64; 512]` elements. serde's
+/// own collections further cap each container's pre-allocation at 1 MiB. Box large elements
+/// (`Vec<Box<[u64; 512]>>` has 8-byte slots) to keep pre-allocation below the input length.
+///
+/// Why 16: one slot per byte let 302 hostile bytes reserve 1 MiB for `Vec<[[u64; 32]; 16]>`;
+/// sixteen bytes per slot cuts every such amplification sixteen-fold, while an honest large
+/// table still gets its whole hint, because elements worth pre-allocating for rarely encode in
+/// fewer than 16 bytes (the benchmark's rows take ~45). Denser elements still decode correctly,
+/// their `Vec` growing by doubling past a partial hint. Offering no hint at all measured 1.32×
+/// plain postcard on the benchmark table, over the 1.10× target.
+///
+/// This bounds pre-allocation only. The decoded value itself holds what the input really
+/// encodes, times the declared type's own expansion, which no decoder can shrink: a one-byte
+/// `None` of `Option<[u8; 4096]>` is 4 KiB in memory. [`Limits::max_items`] bounds how many
+/// elements there are; boxing bounds how large each is.
+pub const INPUT_BYTES_PER_PREALLOC_SLOT: usize = 16;
+
 /// The budgets one decode may spend.
 ///
 /// `Copy`, built from [`Default`] and narrowed with setters:
@@ -37,8 +62,10 @@ pub const DEFAULT_MAX_LEN: usize = 16 * 1024 * 1024;
 ///
 /// Guarantees, for every decoder in this crate: input longer than `max_bytes` is refused without
 /// being read; no nesting deeper than `max_depth` is entered; no more than `max_items` elements
-/// and entries are produced; no string or byte string longer than `max_len` is materialised; and
-/// no length prefix is trusted beyond the bytes that remain in the input.
+/// and entries are produced; no string or byte string longer than `max_len` is materialised; no
+/// length prefix is trusted beyond the bytes that remain in the input; and capacity reserved
+/// ahead of elements sums to at most one element slot per [`INPUT_BYTES_PER_PREALLOC_SLOT`]
+/// input bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     max_bytes: usize,
@@ -82,8 +109,10 @@ impl Limits {
     /// Most sequence elements and map entries in one decoded value, counted over the whole value,
     /// zero-sized elements included. Default [`DEFAULT_MAX_ITEMS`] (1 Mi).
     ///
-    /// Worst-case memory: this many times the size of the largest element type, though a
-    /// sequence never pre-allocates more slots than input bytes remain.
+    /// Worst-case memory: this many times the size of the largest element type. Separately,
+    /// capacity reserved ahead of elements is at most one element slot per
+    /// [`INPUT_BYTES_PER_PREALLOC_SLOT`] input bytes over the whole decode (see there for what
+    /// that means in bytes).
     #[must_use]
     pub const fn max_items(mut self, items: usize) -> Self {
         self.max_items = items;

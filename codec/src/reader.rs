@@ -4,7 +4,7 @@
 //! "no length is trusted beyond the bytes that remain", "nesting stops at `max_depth`" and "items
 //! are counted over the whole value" are written once.
 
-use crate::{DecodeError, Limits};
+use crate::{DecodeError, Limits, INPUT_BYTES_PER_PREALLOC_SLOT as INPUT_BYTES_PER_SLOT};
 
 /// The input not yet consumed, plus what is left of each budget.
 #[derive(Debug)]
@@ -12,8 +12,9 @@ pub(crate) struct Reader<'de> {
     input: &'de [u8],
     depth_left: usize,
     items_left: usize,
-    /// Element slots all open containers together may still pre-allocate: one per input byte,
-    /// shared, so nested containers cannot each reserve against the same remaining bytes.
+    /// Element slots all containers of this decode together may still pre-allocate: one per
+    /// [`INPUT_BYTES_PER_SLOT`] input bytes, shared, so nested containers cannot each reserve
+    /// against the same remaining bytes.
     prealloc_left: usize,
     limits: Limits,
 }
@@ -31,7 +32,7 @@ impl<'de> Reader<'de> {
             input,
             depth_left: limits.depth_budget(),
             items_left: limits.items_budget(),
-            prealloc_left: input.len(),
+            prealloc_left: input.len() / INPUT_BYTES_PER_SLOT,
             limits: *limits,
         })
     }
@@ -217,12 +218,17 @@ impl<'de> Reader<'de> {
         }
     }
 
-    /// A capacity hint for a container of `count` elements that the input cannot inflate: it
-    /// draws from one budget of slots shared by the whole decode, equal to the input's length,
-    /// so all pre-allocation together stays O(input length) however containers nest or lie.
+    /// A capacity hint for a container of `count` elements that the input cannot inflate: at
+    /// most one slot per [`INPUT_BYTES_PER_SLOT`] bytes still unread, drawn from one budget of
+    /// `input length / INPUT_BYTES_PER_SLOT` slots shared by the whole decode and never
+    /// refunded, so the slots pre-allocated over a whole decode, however containers nest or lie
+    /// about their counts, sum to at most that. In bytes, that is at most the slot count times
+    /// the size of the largest element type the target contains.
     #[inline]
     pub(crate) fn cautious_hint(&mut self, count: usize) -> usize {
-        let hint = count.min(self.input.len()).min(self.prealloc_left);
+        let hint = count
+            .min(self.input.len() / INPUT_BYTES_PER_SLOT)
+            .min(self.prealloc_left);
         self.prealloc_left -= hint;
         hint
     }

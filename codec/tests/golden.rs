@@ -7,6 +7,12 @@ use airlock_codec::{from_slice, to_value, to_vec, Key, Limits, Value};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Meters(u32);
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct Marker;
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
 struct Point {
     x: i32,
     y: i32,
@@ -60,6 +66,22 @@ fn typed_golden_vectors() {
         i64::MIN,
         &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
     );
+    typed(-2i16, &[0x03]);
+    typed(i16::MIN, &[0xff, 0xff, 0x03]);
+    typed(i16::MAX, &[0xfe, 0xff, 0x03]);
+    // 128-bit integers have their own decoder path (`varint_u128`): 19 bytes at most.
+    typed(0u128, &[0x00]);
+    typed(
+        1u128 << 64,
+        &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02],
+    );
+    let mut max128 = vec![0xff; 18];
+    max128.push(0x03);
+    typed(u128::MAX, &max128);
+    typed(-1i128, &[0x01]);
+    typed(i128::MIN, &max128);
+    max128[0] = 0xfe;
+    typed(i128::MAX, &max128);
     typed(1.0f32, &[0x00, 0x00, 0x80, 0x3f]);
     typed(-2.5f64, &[0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0xc0]);
     typed('é', &[0x02, 0xc3, 0xa9]);
@@ -74,7 +96,12 @@ fn typed_golden_vectors() {
     typed((), &[]);
     typed(vec![1u16, 2, 3], &[0x03, 0x01, 0x02, 0x03]);
     typed((1u8, 2u16, "a".to_string()), &[0x01, 0x02, 0x01, b'a']);
+    typed([1u8, 2, 3], &[0x01, 0x02, 0x03]);
+    typed([300u16, 1], &[0xac, 0x02, 0x01]);
+    typed([[1u8; 2]; 2], &[0x01, 0x01, 0x01, 0x01]);
     typed(Point { x: 1, y: -1 }, &[0x02, 0x01]);
+    typed(Meters(300), &[0xac, 0x02]);
+    typed(Marker, &[]);
     typed(Shape::Dot, &[0x00]);
     typed(Shape::Circle(7), &[0x01, 0x07]);
     typed(

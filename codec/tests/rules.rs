@@ -5,15 +5,49 @@
 use airlock_codec::{from_slice, to_vec, DecodeError, Key, Limits, Value};
 use serde::{Deserialize, Serialize};
 
-/// Encodes `v` as a LEB128 varint, the way postcard does.
-fn varint(mut v: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
+mod common;
+
+use common::{peak_allocated, varint};
+
+#[global_allocator]
+static ALLOCATOR: common::Counting = common::Counting;
+
+// A trusting decoder, written the way hand-rolled parsers commonly are, so each rule's test can
+// show what its hostile bytes do when nothing checks them.
+
+/// Reads an unsigned LEB128 varint with no width or canonical-form check: groups past bit 63
+/// are shifted out silently.
+fn naive_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate() {
+        value |= u64::from(b & 0x7f).wrapping_shl(7 * i as u32);
+        if b & 0x80 == 0 {
+            return Some((value, &bytes[i + 1..]));
+        }
     }
-    out.push(v as u8);
-    out
+    None
+}
+
+/// Reads a string by reserving the length its prefix claims, then copying what follows.
+fn naive_string(bytes: &[u8]) -> Option<String> {
+    let (len, rest) = naive_varint(bytes)?;
+    let mut out = Vec::with_capacity(len as usize);
+    out.extend_from_slice(rest.get(..len as usize)?);
+    String::from_utf8(out).ok()
+}
+
+/// Any non-zero byte is `true`.
+fn naive_bool(byte: u8) -> bool {
+    byte != 0
+}
+
+/// Any non-zero tag is `Some`.
+fn naive_option_u8(bytes: &[u8]) -> Option<Option<u8>> {
+    match bytes {
+        [0] => Some(None),
+        [_, value] => Some(Some(*value)),
+        _ => None,
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -60,7 +94,26 @@ fn string_over_max_len_is_refused() {
 
 #[test]
 fn string_length_prefix_beyond_input_is_refused() {
-    // Claims a 1 TiB string in six bytes.
+    // The attack is live: an 8 MiB string (under `max_len`) claimed in five bytes makes a
+    // decoder that trusts the prefix reserve 8 MiB before it finds one byte behind it.
+    let mut claim = varint(1 << 23);
+    claim.push(b'x');
+    let (naive, naive_peak) = peak_allocated(|| naive_string(&claim));
+    assert_eq!(naive, None);
+    assert!(naive_peak >= 1 << 23, "reserved {naive_peak} bytes");
+    // airlock refuses the same bytes without allocating.
+    let (ours, our_peak) = peak_allocated(|| from_slice::<String>(&claim, &Limits::default()));
+    assert_eq!(
+        ours,
+        Err(DecodeError::UnexpectedEnd {
+            needed: 1 << 23,
+            remaining: 1
+        })
+    );
+    assert_eq!(our_peak, 0);
+
+    // Claims a 1 TiB string in six bytes (too large to demonstrate: the naive reservation would
+    // abort the test process).
     let mut bomb = varint(1 << 40);
     bomb.push(b'x');
     assert_eq!(
@@ -228,6 +281,11 @@ fn char_must_be_exactly_one_scalar() {
 #[test]
 fn bool_byte_other_than_zero_or_one_is_refused() {
     for b in 2..=255u8 {
+        // Hostile: a trusting decoder reads the byte as `true`, whose only encoding is `01`, so
+        // one value would have 255 encodings and byte-level comparisons (replay caches,
+        // deduplication, a digest over the body) would see different messages.
+        assert!(naive_bool(b));
+        assert_ne!(to_vec(&naive_bool(b)).unwrap(), [b]);
         assert_eq!(
             from_slice::<bool>(&[b], &Limits::default()),
             Err(DecodeError::BadBool(b))
@@ -238,6 +296,10 @@ fn bool_byte_other_than_zero_or_one_is_refused() {
 
 #[test]
 fn option_tag_other_than_zero_or_one_is_refused() {
+    // Hostile: a trusting decoder reads tag 2 as `Some`, a value whose encoding is `01 05`.
+    let decoded = naive_option_u8(&[2, 5]).unwrap();
+    assert_eq!(decoded, Some(5));
+    assert_ne!(to_vec(&decoded).unwrap(), [2, 5]);
     assert_eq!(
         from_slice::<Option<u8>>(&[2, 5], &Limits::default()),
         Err(DecodeError::BadOptionTag(2))
@@ -314,6 +376,11 @@ fn overlong_varint_is_refused() {
 fn overflowing_varint_is_refused() {
     // u16::MAX + 1 needs 17 bits.
     let over_u16 = varint(1 << 16);
+    // Hostile: a trusting decoder narrows it with `as` and gets 0, a value the sender never
+    // wrote (its encoding is `00`).
+    let (wide, _) = naive_varint(&over_u16).unwrap();
+    assert_eq!(wide as u16, 0);
+    assert_ne!(to_vec(&(wide as u16)).unwrap(), over_u16);
     assert_eq!(
         from_slice::<u16>(&over_u16, &Limits::default()),
         Err(DecodeError::VarintOverflow)
@@ -333,12 +400,19 @@ fn overflowing_varint_is_refused() {
     );
     // Eleven bytes can never be a u64; nor can ten whose last carries more than one bit.
     let eleven = [0xff; 10].iter().copied().chain([0x01]).collect::<Vec<_>>();
+    let mut ten = vec![0xff; 9];
+    ten.push(0x02);
+    // Hostile: a trusting decoder shifts the excess bits out (or wraps them round) and accepts
+    // both as some u64 whose real encoding is other bytes.
+    for bytes in [&eleven, &ten] {
+        let (value, rest) = naive_varint(bytes).unwrap();
+        assert!(rest.is_empty());
+        assert_ne!(&varint(value), bytes, "{value:#x}");
+    }
     assert_eq!(
         from_slice::<u64>(&eleven, &Limits::default()),
         Err(DecodeError::VarintOverflow)
     );
-    let mut ten = vec![0xff; 9];
-    ten.push(0x02);
     assert_eq!(
         from_slice::<u64>(&ten, &Limits::default()),
         Err(DecodeError::VarintOverflow)

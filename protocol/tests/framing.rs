@@ -21,12 +21,33 @@ fn frame_split_into_single_bytes_is_reassembled() {
     assert_eq!(decoder.finish(), Ok(()));
 }
 
+/// The framer the attack is aimed at: it reads the length and reserves the whole frame before
+/// any of it has arrived.
+fn naive_frame_buffer(header: [u8; 4]) -> Vec<u8> {
+    Vec::with_capacity(u32::from_le_bytes(header) as usize)
+}
+
 #[test]
 fn length_prefix_over_cap_allocates_nothing() {
+    // The attack is live: four bytes make a trusting framer reserve 64 MiB (virtual memory only
+    // here, so the test stays cheap; a real one would then fill it as bytes arrive).
+    let header = (64u32 << 20).to_le_bytes();
+    assert!(naive_frame_buffer(header).capacity() >= 64 << 20);
+    // airlock refuses the same four bytes from the header alone.
     let mut decoder = FrameDecoder::new(1024);
-    // The attack: 4 bytes asking the receiver to hold 4 GiB.
+    decoder.extend(&header);
+    assert_eq!(
+        decoder.next_frame(),
+        Err(FrameError::TooLarge {
+            len: 64 << 20,
+            max: 1024
+        })
+    );
+    assert!(decoder.read_buffer().capacity() < 1024);
+
+    // The largest claim, 4 GiB, the same way.
+    let mut decoder = FrameDecoder::new(1024);
     let claimed = u32::MAX;
-    assert!(claimed as usize > 1024 * 1024);
     decoder.extend(&claimed.to_le_bytes());
     assert_eq!(
         decoder.next_frame(),

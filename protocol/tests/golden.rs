@@ -439,6 +439,12 @@ fn constants_table_in_the_spec_matches_the_crate() {
 // The codec tables.
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Meters(u32);
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Marker;
+
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
 struct Point {
     x: i32,
     y: i32,
@@ -492,6 +498,15 @@ fn typed_cases() -> BTreeMap<&'static str, TypedCase> {
         ("-64i64", typed(-64i64)),
         ("64i64", typed(64i64)),
         ("i64::MIN", typed(i64::MIN)),
+        ("-2i16", typed(-2i16)),
+        ("i16::MIN", typed(i16::MIN)),
+        ("i16::MAX", typed(i16::MAX)),
+        ("0u128", typed(0u128)),
+        ("1u128 << 64", typed(1u128 << 64)),
+        ("u128::MAX", typed(u128::MAX)),
+        ("-1i128", typed(-1i128)),
+        ("i128::MIN", typed(i128::MIN)),
+        ("i128::MAX", typed(i128::MAX)),
         ("1.0f32", typed(1.0f32)),
         ("-2.5f64", typed(-2.5f64)),
         ("'é'", typed('é')),
@@ -506,7 +521,12 @@ fn typed_cases() -> BTreeMap<&'static str, TypedCase> {
         ("()", typed(())),
         ("vec![1u16, 2, 3]", typed(vec![1u16, 2, 3])),
         ("(1u8, 2u16, \"a\")", typed((1u8, 2u16, String::from("a")))),
+        ("[1u8, 2, 3]", typed([1u8, 2, 3])),
+        ("[300u16, 1]", typed([300u16, 1])),
+        ("[[1u8; 2]; 2]", typed([[1u8; 2]; 2])),
         ("Point { x: 1, y: -1 }", typed(Point { x: 1, y: -1 })),
+        ("Meters(300)", typed(Meters(300))),
+        ("Marker", typed(Marker)),
         ("Shape::Dot", typed(Shape::Dot)),
         ("Shape::Circle(7)", typed(Shape::Circle(7))),
         (
