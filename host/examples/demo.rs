@@ -75,7 +75,14 @@ async fn main() -> Result<(), Error> {
         "   sleep(60 s) with a 300 ms deadline -> {result:?} after {:?}",
         t.elapsed()
     );
+    if result != Err(CallError::Timeout) {
+        return Err(format!("expected Timeout, got {result:?}").into());
+    }
     let fresh = host.call::<Pid>(&()).await?;
+    // The timeout is delivered only after the hung worker is reaped: its pid is gone already.
+    if fresh == pid || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(format!("worker {pid} was not replaced (fresh {fresh})").into());
+    }
     println!(
         "   worker {pid} was SIGKILLed and reaped; fresh worker {fresh} answers: sum([2, 2]) = {}",
         host.call::<Sum>(&vec![2, 2]).await?
@@ -111,7 +118,11 @@ async fn main() -> Result<(), Error> {
         let mut outcome = host.call::<Echo>(&payload).await;
         if scenario == "predictable_id" {
             // The first call is answered honestly; the forgery is staged for the next one.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Wait until it has landed (the host counts it), so the next call meets its result.
+            let staged = Instant::now();
+            while host.stats().violations.is_empty() && staged.elapsed() < Duration::from_secs(5) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             outcome = host.call::<Echo>(&payload).await;
         }
         let verdict = match &outcome {
