@@ -17,7 +17,10 @@
 //! Every refused connection is closed, logged and counted. Candidates are screened
 //! concurrently, each under its own short deadline, so one that connects first and stalls does
 //! not keep the real worker out. Once a candidate passes, the listener stops, its socket file
-//! and directory are removed, and the connection becomes the transport.
+//! and directory are removed, and the connection becomes the transport. When the worker's pid
+//! is known, a screened candidate can only be the worker itself, so one that fails with
+//! anything but silence ends the wait at once ([`AcceptError::WorkerRefused`]) instead of at
+//! the deadline.
 //!
 //! Passed descriptors (`SCM_RIGHTS`) are never accepted: the transport reads with plain
 //! `read`, which takes no control messages, and the kernel discards (closes) any descriptors
