@@ -934,13 +934,12 @@ async fn frame_before_hello() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn frame_before_hello_from_a_replacement() {
-    // The first worker is honest; its replacement sends a frame before its Hello; the one
-    // after that is honest again and serves the call that waited meanwhile.
-    let scene = Scene::new("frame_before_hello_from_a_replacement");
+/// The first worker is honest; its replacement (after a call times out) plays `scenario` at
+/// its handshake; the one after that is honest again and serves the call that waited meanwhile.
+/// Returns the host and the pids of the three workers: honest, hostile, honest.
+async fn a_replacement_strikes_at_its_handshake(scene: &Scene, scenario: &str) -> (Host, Vec<u32>) {
     let host = scene
-        .builder("frame_before_hello")
+        .builder(scenario)
         .env("ROGUE_SPARE", scene.path("spare"))
         .spawn()
         .await
@@ -956,6 +955,15 @@ async fn frame_before_hello_from_a_replacement() {
     let pids = scene.pids();
     assert_eq!(pids.len(), 3, "honest, hostile, honest: {pids:?}");
     assert_eq!(pids[0], first);
+    (host, pids)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn frame_before_hello_from_a_replacement() {
+    // The first worker is honest; its replacement sends a frame before its Hello; the one
+    // after that is honest again and serves the call that waited meanwhile.
+    let scene = Scene::new("frame_before_hello_from_a_replacement");
+    let (host, pids) = a_replacement_strikes_at_its_handshake(&scene, "frame_before_hello").await;
     assert!(as_return(&scene.log().sent_frames()[0]).is_some(), "live");
     await_reaped(pids[1]).await;
     let stats = host.stats();
@@ -1039,23 +1047,7 @@ async fn wrong_version_worker_is_told_why() {
 #[tokio::test(flavor = "current_thread")]
 async fn wrong_version_from_a_replacement() {
     let scene = Scene::new("wrong_version_from_a_replacement");
-    let host = scene
-        .builder("wrong_version")
-        .env("ROGUE_SPARE", scene.path("spare"))
-        .spawn()
-        .await
-        .unwrap();
-    let first = host.call::<Pid>(&()).await.unwrap();
-    assert_eq!(
-        host.call_with_deadline::<Sleep>(&10_000, soon(200)).await,
-        Err(CallError::Timeout)
-    );
-    let payload = unique("waited");
-    assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
-
-    let pids = scene.pids();
-    assert_eq!(pids.len(), 3, "honest, hostile, honest: {pids:?}");
-    assert_eq!(pids[0], first);
+    let (host, pids) = a_replacement_strikes_at_its_handshake(&scene, "wrong_version").await;
     match decode_frame(&scene.log().sent_frames()[0]) {
         Ok(Frame::Hello(hello)) => assert_eq!(hello.protocol, PROTOCOL_VERSION + 41),
         other => panic!("expected a Hello, got {other:?}"),
