@@ -663,18 +663,28 @@ async fn dribble() {
     scene.assert_replaced(&host).await;
 }
 
+/// Runs `call` and then waits until the host has counted `code` against the worker (the
+/// strike comes after an honest answer): the call's outcome and the peak allocation meanwhile.
+async fn answered_then_struck<T>(
+    host: &Host,
+    code: ViolationCode,
+    call: impl Future<Output = T>,
+) -> (T, usize) {
+    peak_during(async {
+        let outcome = call.await;
+        await_violation(host, code).await;
+        outcome
+    })
+    .await
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn garbage_between_frames() {
     let scene = Scene::new("garbage_between_frames");
     let host = scene.spawn("garbage_between_frames").await;
     let striker = scene.striker();
     // The honest answer arrives first and is delivered; the garbage behind it is fatal.
-    let (outcome, peak) = peak_during(async {
-        let outcome = host.call::<Pid>(&()).await;
-        await_violation(&host, ViolationCode::MalformedFrame).await;
-        outcome
-    })
-    .await;
+    let (outcome, peak) = answered_then_struck(&host, ViolationCode::MalformedFrame, host.call::<Pid>(&())).await;
     assert_eq!(outcome, Ok(striker));
 
     // Live: a correctly framed payload (3 bytes, under the cap) that is no frame at all.
@@ -800,12 +810,7 @@ async fn double_return() {
     let scene = Scene::new("double_return");
     let host = scene.spawn("double_return").await;
     let payload = unique("victim");
-    let (outcome, peak) = peak_during(async {
-        let outcome = host.call::<Echo>(&payload).await;
-        await_violation(&host, ViolationCode::FinishedCallId).await;
-        outcome
-    })
-    .await;
+    let (outcome, peak) = answered_then_struck(&host, ViolationCode::FinishedCallId, host.call::<Echo>(&payload)).await;
     // The first terminal frame answered the call, once; the second killed the worker.
     assert_eq!(outcome.unwrap(), payload);
 
@@ -825,12 +830,7 @@ async fn progress_after_return() {
     let scene = Scene::new("progress_after_return");
     let host = scene.spawn("progress_after_return").await;
     let payload = unique("victim");
-    let (outcome, peak) = peak_during(async {
-        let outcome = host.call::<Echo>(&payload).await;
-        await_violation(&host, ViolationCode::FinishedCallId).await;
-        outcome
-    })
-    .await;
+    let (outcome, peak) = answered_then_struck(&host, ViolationCode::FinishedCallId, host.call::<Echo>(&payload)).await;
     assert_eq!(outcome.unwrap(), payload);
 
     // Live: a Progress for the call after its Return.
