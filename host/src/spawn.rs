@@ -159,56 +159,8 @@ async fn spawn_named(settings: &Settings, mut command: Command) -> Result<Spawne
                 AcceptError::Deadline { .. } => {
                     SpawnError::Handshake(crate::LostReason::HandshakeTimeout)
                 }
-                AcceptError::WorkerRefused { refusal, .. } => {
-                    SpawnError::Handshake(lost_at_screening(refusal))
-                }
                 other => SpawnError::Transport(std::io::Error::other(other)),
             })
         }
-    }
-}
-
-/// The reason a worker whose own connection failed the named listener's screening is lost:
-/// the one the host session gives the same first frame over any other transport, so a caller
-/// sees one outcome per misbehaviour whichever transport carried it.
-#[cfg(feature = "socket")]
-fn lost_at_screening(refusal: airlock_transport_socket::Refusal) -> crate::LostReason {
-    use airlock_protocol::{Received, RefuseReason, Violation, ViolationCode};
-    use airlock_transport_socket::Refusal;
-
-    let violation = |code, expected, received| {
-        crate::LostReason::Violation(Violation {
-            code,
-            expected,
-            received,
-        })
-    };
-    match refusal {
-        Refusal::NotHello(kind) => violation(
-            ViolationCode::FrameBeforeHandshake,
-            "Hello",
-            Received::Frame(kind),
-        ),
-        Refusal::Malformed => violation(
-            ViolationCode::MalformedFrame,
-            "a valid frame encoding",
-            Received::Bytes,
-        ),
-        Refusal::EmptyFrame => violation(
-            ViolationCode::EmptyFrame,
-            "a non-empty frame",
-            Received::Bytes,
-        ),
-        Refusal::FrameTooLarge { .. } => violation(
-            ViolationCode::FrameTooLarge,
-            "a frame within max_frame",
-            Received::Bytes,
-        ),
-        Refusal::MissingToken | Refusal::WrongToken => {
-            crate::LostReason::Refused(RefuseReason::BadToken)
-        }
-        Refusal::HelloTimeout => crate::LostReason::HandshakeTimeout,
-        // Closed early, an I/O error, or a reason added later: the channel is gone.
-        _ => crate::LostReason::TransportFailed,
     }
 }

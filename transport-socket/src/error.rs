@@ -84,18 +84,6 @@ pub enum AcceptError {
         /// The first [`MAX_RECORDED_REFUSALS`](crate::MAX_RECORDED_REFUSALS) reasons.
         refusals: Vec<Refusal>,
     },
-    /// The spawned worker's own connection failed screening (it sent something other than a
-    /// `Hello` with the token, or closed early). Only with a pid in the
-    /// [`PeerExpectation`](crate::PeerExpectation): no other process can have made that
-    /// connection, so no better one can follow and waiting for the deadline would only delay
-    /// the verdict.
-    #[error("the spawned worker's own connection was refused: {refusal}")]
-    WorkerRefused {
-        /// Why its connection was refused.
-        refusal: Refusal,
-        /// Connections refused in all, this one included.
-        refused: u32,
-    },
     /// The listening socket itself failed.
     #[error("the listening socket failed: {0}")]
     Io(#[from] io::Error),

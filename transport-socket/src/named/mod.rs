@@ -1,7 +1,7 @@
 //! Named mode: a listening socket in a fresh private directory, for workers started by
 //! something other than the host (a container runtime, a jail launcher).
 //!
-//! Who may connect is settled in layers, each enough on its own against a different attacker:
+//! Who may connect is settled in layers, each aimed at a different attacker:
 //!
 //! 1. **The directory.** The socket lives in a directory the host just created with mode
 //!    `0700` under a 128-bit random name ([`PrivateDir`]): other users cannot reach the socket
@@ -9,7 +9,10 @@
 //!    The socket file itself is mode `0600`.
 //! 2. **Peer credentials.** The kernel records who connected (`SO_PEERCRED`); a peer whose uid
 //!    differs from the expected one, or whose pid differs when the host spawned the worker
-//!    itself, is refused before a byte is read from it.
+//!    itself, is refused before a byte is read from it. The pid is the one the connecting
+//!    process had *when it connected*: a same-user process that connected, died, and had its
+//!    number handed on to the worker passes this check (a pid-reuse race; `SECURITY.md` lists
+//!    it as a residual), and then only the token stands in its way.
 //! 3. **The token.** The first frame must be a `Hello` carrying the listener's fresh 32-byte
 //!    token, compared in constant time. The token reaches only the child, through its
 //!    environment; a token from an earlier listener is worthless.
@@ -17,10 +20,9 @@
 //! Every refused connection is closed, logged and counted. Candidates are screened
 //! concurrently, each under its own short deadline, so one that connects first and stalls does
 //! not keep the real worker out. Once a candidate passes, the listener stops, its socket file
-//! and directory are removed, and the connection becomes the transport. When the worker's pid
-//! is known, a screened candidate can only be the worker itself, so one that fails with
-//! anything but silence ends the wait at once ([`AcceptError::WorkerRefused`]) instead of at
-//! the deadline.
+//! and directory are removed, and the connection becomes the transport. No refusal ends the
+//! wait early: a refused connection may be anyone's (see below), and the worker may still
+//! connect before the deadline.
 //!
 //! Passed descriptors (`SCM_RIGHTS`) are never accepted: the transport reads with plain
 //! `read`, which takes no control messages, and the kernel discards (closes) any descriptors
@@ -257,10 +259,11 @@ impl NamedListener {
     /// Each connection whose credentials match `expect` is screened concurrently: it must send
     /// a complete first frame (at most [`MAX_HELLO_FRAME`] and `max_frame` bytes) within the
     /// candidate timeout, and that frame must be a `Hello` with this listener's token. Anything
-    /// else is closed, logged (`tracing::warn!`) and counted. When `expect` names the worker's
-    /// pid, a screened connection can only be the worker's own, so one that fails with anything
-    /// but silence ends the wait at once with [`AcceptError::WorkerRefused`]. Must be awaited
-    /// inside a tokio runtime with I/O and time enabled.
+    /// else is closed, logged (`tracing::warn!`) and counted. A refusal never ends the wait,
+    /// even from the expected pid: the kernel reports the pid a connection was made *from*, and
+    /// a process that connected and died may have left that number to the worker (see the
+    /// residual in `SECURITY.md`), so no refusal proves the worker itself failed. Must be
+    /// awaited inside a tokio runtime with I/O and time enabled.
     pub async fn accept_worker(
         self,
         expect: PeerExpectation,
@@ -294,16 +297,7 @@ impl NamedListener {
                             refusals: tally.refusals,
                         });
                     }
-                    Ok(Err(refusal)) => {
-                        tally.refuse(refusal.clone());
-                        if fails_the_worker(&expect, &refusal) {
-                            pending.abort_all();
-                            return Err(AcceptError::WorkerRefused {
-                                refusal,
-                                refused: tally.refused,
-                            });
-                        }
-                    }
+                    Ok(Err(refusal)) => tally.refuse(refusal),
                     Err(_) => tally.refuse(Refusal::Io(io::ErrorKind::Other)),
                 },
                 accepted = self.listener.accept() => match accepted {
@@ -377,15 +371,6 @@ impl Tally {
             self.refusals.push(refusal);
         }
     }
-}
-
-/// True if a screening refusal settles the handshake: with the worker's pid expected, every
-/// screened connection came from the worker itself (its credentials were checked first, and
-/// an unreaped child's pid cannot be reused), so one that sent the wrong first frame, a bad
-/// token or closed early is the worker's own failure. A candidate that merely said nothing in
-/// time is not: the worker may still connect again before the handshake deadline.
-fn fails_the_worker(expect: &PeerExpectation, refusal: &Refusal) -> bool {
-    expect.pid.is_some() && !matches!(refusal, Refusal::HelloTimeout)
 }
 
 /// The credential check, done as soon as the connection is accepted: a peer that fails it is
