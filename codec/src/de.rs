@@ -280,12 +280,7 @@ impl<'de> de::Deserializer<'de> for &mut Deserializer<'de> {
         let count = self.reader.varint_u64()?;
         let count = self.reader.reserve_items(count)?;
         self.nested(|de| {
-            let hint = de.reader.cautious_hint(count);
-            let mut access = Entries {
-                de,
-                left: count,
-                hint,
-            };
+            let mut access = Entries { de, left: count };
             let value = visitor.visit_map(&mut access)?;
             match access.left {
                 0 => Ok(value),
@@ -361,8 +356,6 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
 struct Entries<'a, 'de> {
     de: &'a mut Deserializer<'de>,
     left: usize,
-    /// Capacity already granted from the reader's pre-allocation budget.
-    hint: usize,
 }
 
 impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
@@ -388,8 +381,11 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         seed.deserialize(&mut *self.de)
     }
 
+    /// None: a map grows as its entries really arrive. A hash map turns any hint into a
+    /// power-of-two bucket table (over four times the entries' size for a hint of one), which
+    /// the slot budget cannot see; maps take no pre-allocation at all.
     fn size_hint(&self) -> Option<usize> {
-        Some(self.hint.min(self.left))
+        None
     }
 }
 

@@ -10,9 +10,12 @@
 //! and byte strings never exceed the bytes that carry them; capacity reserved ahead of elements
 //! sums, over a whole decode, to at most one element slot per [`INPUT_BYTES_PER_PREALLOC_SLOT`]
 //! (16) input bytes, a slot being one element of the container's type; and the decoded value is
-//! what the input encodes times that type's own expansion. So memory is a small multiple of the
+//! what the input encodes times that type's own expansion (a `BTreeMap` node has room for
+//! eleven entries however few it holds; a `Vec` growing past its hint may briefly hold twice
+//! its elements). Maps are given no size hint at all. So memory is a small multiple of the
 //! input's length for small element types; box large elements (a `Vec<[u64; 512]>` slot is
-//! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes).
+//! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes). A dynamic [`Value`] is charged for its map
+//! nodes, so one decoded `Value` holds at most about `max_items` times 32 bytes.
 //!
 //! ```
 //! use airlock_codec::{from_slice, to_vec, DecodeError, Limits};

@@ -109,10 +109,13 @@ impl Limits {
     /// Most sequence elements and map entries in one decoded value, counted over the whole value,
     /// zero-sized elements included. Default [`DEFAULT_MAX_ITEMS`] (1 Mi).
     ///
-    /// Worst-case memory: this many times the size of the largest element type. Separately,
-    /// capacity reserved ahead of elements is at most one element slot per
-    /// [`INPUT_BYTES_PER_PREALLOC_SLOT`] input bytes over the whole decode (see there for what
-    /// that means in bytes).
+    /// Worst-case memory: for a [`Value`](crate::Value), about this many times its 32 bytes
+    /// (a map of n entries is charged 6n + 23 items for its tree nodes). For a typed decode,
+    /// this many times the size of the largest element type, times that container's own slack
+    /// (a `BTreeMap` node has room for eleven entries; a growing `Vec` up to twice its length).
+    /// Separately, capacity reserved ahead of sequence elements is at most one element slot
+    /// per [`INPUT_BYTES_PER_PREALLOC_SLOT`] input bytes over the whole decode (see there for
+    /// what that means in bytes); maps reserve nothing ahead.
     #[must_use]
     pub const fn max_items(mut self, items: usize) -> Self {
         self.max_items = items;

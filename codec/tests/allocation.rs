@@ -251,3 +251,90 @@ fn honest_large_sequence_gets_its_whole_hint() {
     assert_eq!(decoded.capacity(), honest.len());
     assert_eq!(peak, honest.len() * std::mem::size_of::<[u64; 4]>());
 }
+
+#[test]
+fn a_hash_map_reserves_nothing_ahead_of_its_entries() {
+    use std::collections::HashMap;
+    // 225 entries claimed, room for seven (a key byte and 512 one-byte varints each).
+    let mut bomb = varint(225);
+    bomb.extend(std::iter::repeat_n(0u8, 3600));
+
+    // Live: given the claimed count as a hint, a hash map reserves a power-of-two bucket table
+    // for it at once: over 1 MiB, 290 times the input.
+    let (plain, plain_peak) = peak_allocated(|| postcard::from_bytes::<HashMap<u64, Big>>(&bomb));
+    assert!(plain.is_err());
+    assert!(
+        plain_peak >= 1 << 20,
+        "postcard reserved {plain_peak} bytes"
+    );
+
+    // airlock gives maps no hint: the table grows with the entries that really arrive.
+    let (ours, peak) =
+        peak_allocated(|| from_slice::<HashMap<u64, Big>>(&bomb, &Limits::default()));
+    assert!(
+        matches!(ours, Err(DecodeError::UnexpectedEnd { .. })),
+        "{ours:?}"
+    );
+    assert!(peak <= 128 * 1024, "airlock allocated {peak} bytes");
+}
+
+#[test]
+fn value_maps_are_charged_for_their_tree_nodes() {
+    use airlock_codec::Key;
+    use std::collections::BTreeMap;
+    // A list of 20,000 one-entry maps {0: null}: five bytes each.
+    let maps = 20_000;
+    let mut bomb = vec![0x08];
+    bomb.extend(varint(maps));
+    for _ in 0..maps {
+        bomb.extend([0x09, 0x01, 0x04, 0x00, 0x00]);
+    }
+    let limits = Limits::default().max_items(65_536);
+    let value_size = std::mem::size_of::<Value>();
+
+    // Live: counting one item per list element and per map entry, the list costs 40,000 of the
+    // 65,536 items; but each map is a whole B-tree node in memory, so holding what those bytes
+    // describe takes over 100 times the input, and far more than 65,536 Values.
+    let (built, built_peak) = peak_allocated(|| {
+        (0..maps)
+            .map(|_| Value::Map(BTreeMap::from([(Key::U64(0), Value::Null)])))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(built.len(), maps as usize);
+    assert!(built_peak > 100 * bomb.len(), "{built_peak} bytes");
+    assert!(built_peak > 65_536 * value_size, "{built_peak} bytes");
+
+    // airlock charges each map for its node: the value is refused within the item budget,
+    // having held no more than about that many Values' worth of memory.
+    let (ours, peak) = peak_allocated(|| Value::from_slice(&bomb, &limits));
+    assert_eq!(ours, Err(DecodeError::ItemLimit { max: 65_536 }));
+    assert!(
+        peak <= 2 * 65_536 * value_size,
+        "airlock allocated {peak} bytes"
+    );
+}
+
+#[test]
+fn from_value_reserves_nothing_from_a_lists_length() {
+    use serde::de::value::SeqDeserializer;
+    // 255 nulls, converted to `Vec<Big>`: the first element already fails to convert.
+    let nulls = || vec![Value::Null; 255];
+
+    // Live: serde sizes the Vec from the list's exact length, at 4 KiB per element, before
+    // looking at an element: a megabyte reserved for 255 nulls.
+    let (plain, plain_peak) = peak_allocated(|| {
+        let seq = SeqDeserializer::<_, DecodeError>::new(nulls().into_iter());
+        Vec::<Big>::deserialize(seq)
+    });
+    assert!(plain.is_err());
+    assert!(
+        plain_peak >= 255 * 4096,
+        "serde reserved {plain_peak} bytes"
+    );
+
+    // airlock's from_value hides the length: nothing is reserved for elements never built.
+    let list = Value::List(nulls());
+    let (ours, peak) = peak_allocated(|| airlock_codec::from_value::<Vec<Big>>(list));
+    assert!(ours.is_err());
+    assert!(peak <= 16 * 1024, "airlock allocated {peak} bytes");
+}

@@ -1,7 +1,9 @@
 //! Dynamic → typed: a serde `Deserializer` over an owned [`Value`].
 //!
 //! The inverse of [`to_value`](super::to_value)'s mapping. The `Value` was already decoded
-//! within budgets, so this step allocates no more than the value already holds.
+//! within budgets. This step gives the target type no size hints (see [`Unsized`]), so its
+//! containers grow as elements really convert: it allocates what the typed result holds, never
+//! capacity sized from a list's length for a larger element type.
 
 use alloc::string::String;
 use serde::de::value::{MapDeserializer, SeqDeserializer, StringDeserializer};
@@ -60,6 +62,19 @@ impl<'de> de::Deserializer<'de> for Key {
     }
 }
 
+/// An iterator that does not tell its length. serde sizes a `Vec<T>` from the length hint of
+/// the elements it converts from, up to 1 MiB per container: a list of 255 small `Value`s
+/// would reserve 255 elements of whatever `T` is, at every level of nesting.
+struct Unsized<I>(I);
+
+impl<I: Iterator> Iterator for Unsized<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        self.0.next()
+    }
+}
+
 impl<'de> de::Deserializer<'de> for Value {
     type Error = DecodeError;
 
@@ -73,13 +88,13 @@ impl<'de> de::Deserializer<'de> for Value {
             Value::Str(v) => visitor.visit_string(v),
             Value::Bytes(v) => visitor.visit_byte_buf(v),
             Value::List(items) => {
-                let mut seq = SeqDeserializer::new(items.into_iter());
+                let mut seq = SeqDeserializer::new(Unsized(items.into_iter()));
                 let out = visitor.visit_seq(&mut seq)?;
                 seq.end()?;
                 Ok(out)
             }
             Value::Map(map) => {
-                let mut entries = MapDeserializer::new(map.into_iter());
+                let mut entries = MapDeserializer::new(Unsized(map.into_iter()));
                 let out = visitor.visit_map(&mut entries)?;
                 entries.end()?;
                 Ok(out)

@@ -242,6 +242,9 @@ fn decode_step(reader: &mut Reader<'_>) -> Result<Step, DecodeError> {
         TAG_LIST | TAG_MAP => {
             let count = reader.varint_u64()?;
             let left = reader.reserve_items(count)?;
+            if tag == TAG_MAP {
+                reader.reserve_items(map_overhead_items(left))?;
+            }
             // Enter before allocating anything for the container. Paired with the `leave`
             // when the container closes.
             reader.enter()?;
@@ -264,11 +267,55 @@ fn decode_step(reader: &mut Reader<'_>) -> Result<Step, DecodeError> {
     Ok(Step::Done(value))
 }
 
+/// Items a non-empty `Value` map is charged for its root node, beyond its entries
+/// (`PROTOCOL.md` §4): std's `BTreeMap` allocates a whole node, room for eleven entries, even
+/// for one entry, so a five-byte one-entry map would otherwise hold some 700 bytes of memory
+/// for one item, and a list of them 130 times their input. Fixed numbers, not computed from
+/// this build's layout, so that what is accepted on the wire is the same everywhere; the
+/// `map_charges_cover_the_tree_layout` test checks they cover the layout here.
+pub(crate) const MAP_ROOT_ITEMS: u64 = 23;
+/// Items each entry of a `Value` map is charged beyond its own one: a node other than the root
+/// may be as little as five-elevenths full.
+pub(crate) const MAP_ENTRY_EXTRA_ITEMS: u64 = 5;
+
+/// What a map of `entries` entries costs beyond one item per entry, so that a decoded `Value`,
+/// maps included, holds at most about `max_items` times the size of a `Value`.
+fn map_overhead_items(entries: usize) -> u64 {
+    if entries == 0 {
+        return 0; // an empty BTreeMap allocates nothing
+    }
+    // Saturating: a count this large is refused by the item budget either way.
+    MAP_ROOT_ITEMS.saturating_add(MAP_ENTRY_EXTRA_ITEMS.saturating_mul(entries as u64))
+}
+
 fn decode_key(reader: &mut Reader<'_>) -> Result<Key, DecodeError> {
     match reader.byte()? {
         TAG_I64 => Ok(Key::I64(unzigzag(reader.varint_u64()?))),
         TAG_U64 => Ok(Key::U64(reader.varint_u64()?)),
         TAG_STR => Ok(Key::Str(String::from(reader.str()?))),
         other => Err(DecodeError::BadKeyTag(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAP_ENTRY_EXTRA_ITEMS, MAP_ROOT_ITEMS};
+    use crate::value::{Key, Value};
+    use core::mem::size_of;
+
+    #[test]
+    fn map_charges_cover_the_tree_layout() {
+        // std's B-tree: nodes hold at most 11 entries (2B - 1, B = 6), and any node but the
+        // root at least 5; a leaf is its keys, its values and a 16-byte header.
+        let node = 11 * (size_of::<Key>() + size_of::<Value>()) + 16;
+        let value = size_of::<Value>();
+        assert!(
+            node.div_ceil(value) as u64 <= MAP_ROOT_ITEMS,
+            "node {node} B"
+        );
+        assert!(
+            (node / 5).div_ceil(value) as u64 <= MAP_ENTRY_EXTRA_ITEMS,
+            "node {node} B"
+        );
     }
 }
