@@ -14,8 +14,10 @@
 //! eleven entries however few it holds; a `Vec` growing past its hint may briefly hold twice
 //! its elements). Maps are given no size hint at all. So memory is a small multiple of the
 //! input's length for small element types; box large elements (a `Vec<[u64; 512]>` slot is
-//! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes). A dynamic [`Value`] is charged for its map
-//! nodes, so one decoded `Value` holds at most about `max_items` times 32 bytes.
+//! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes); a `HashSet` turns its slots into a bucket
+//! table up to about four times their size. A dynamic [`Value`] is charged for its map nodes
+//! and gives back its lists' slack, so one decoded `Value` holds at most about `max_items`
+//! times 32 bytes plus its strings' bytes.
 //!
 //! ```
 //! use airlock_codec::{from_slice, to_vec, DecodeError, Limits};

@@ -338,3 +338,45 @@ fn from_value_reserves_nothing_from_a_lists_length() {
     assert!(ours.is_err());
     assert!(peak <= 16 * 1024, "airlock allocated {peak} bytes");
 }
+
+#[test]
+fn value_lists_keep_no_growth_slack() {
+    use common::retained_by;
+    // 65 chains of 62 one-element lists, each ending in null: 4,095 items, 8,127 bytes.
+    let mut bomb = vec![0x08];
+    bomb.extend(varint(65));
+    for _ in 0..65 {
+        for _ in 0..62 {
+            bomb.extend([0x08, 0x01]);
+        }
+        bomb.push(0x00);
+    }
+    let limits = Limits::default().max_items(4096);
+    let bound = 4096 * std::mem::size_of::<Value>();
+
+    // Live: built the way a decoder grows them, one push at a time, each one-element list keeps
+    // a Vec's smallest capacity, four slots: over three times the item budget's worth.
+    let (grown, grown_bytes) = retained_by(|| {
+        (0..65)
+            .map(|_| {
+                let mut v = Value::Null;
+                for _ in 0..62 {
+                    let mut list = Vec::new();
+                    list.push(v);
+                    v = Value::List(list);
+                }
+                v
+            })
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(grown.len(), 65);
+    assert!(grown_bytes > 3 * bound, "{grown_bytes} bytes");
+
+    // airlock gives each finished list its slack back: the value keeps about its items' worth.
+    let (ours, kept) = retained_by(|| Value::from_slice(&bomb, &limits));
+    assert!(ours.is_ok(), "{ours:?}");
+    assert!(
+        kept <= bound + bound / 8,
+        "airlock kept {kept} bytes of a {bound}-byte bound"
+    );
+}

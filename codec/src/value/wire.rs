@@ -91,7 +91,12 @@ impl Value {
     /// Refuses: unknown tags, map keys that are not strings or integers, duplicate map keys,
     /// and everything [`from_slice`](crate::from_slice) refuses (budgets, truncation, invalid
     /// UTF-8, overlong or overflowing varints, trailing bytes). `max_depth` counts lists and
-    /// maps; `max_items` counts list elements and map entries over the whole value.
+    /// maps; `max_items` counts list elements and map entries over the whole value, a map of
+    /// n ≥ 1 entries costing 6n + 23 items for its tree nodes (`PROTOCOL.md` §4).
+    ///
+    /// Memory: the decoded value holds at most about `max_items` × 32 bytes, plus its strings'
+    /// and byte strings' bytes (each no longer than the input that carried it). While a list
+    /// grows, it may briefly take up to three times its final size.
     ///
     /// ```
     /// use airlock_codec::{DecodeError, Limits, Value};
@@ -222,7 +227,12 @@ fn decode(reader: &mut Reader<'_>) -> Result<Value, DecodeError> {
 
 fn close(open: Option<Open>) -> Value {
     match open {
-        Some(Open::List { items, .. }) => Value::List(items),
+        Some(Open::List { mut items, .. }) => {
+            // A list grew by doubling from a partial hint (and a `Vec` never grows to fewer
+            // than four slots): give the slack back, so the value keeps only its elements.
+            items.shrink_to_fit();
+            Value::List(items)
+        }
         Some(Open::Map { map, .. }) => Value::Map(map),
         None => Value::Null,
     }

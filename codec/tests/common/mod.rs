@@ -53,3 +53,11 @@ pub fn varint(mut v: u64) -> Vec<u8> {
     out.push(v as u8);
     out
 }
+
+/// Bytes still allocated (above what was live before) once `f` has returned its result, which
+/// is kept alive: what the result holds.
+pub fn retained_by<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.with(Cell::get);
+    let out = f();
+    (out, LIVE.with(Cell::get).saturating_sub(base))
+}
