@@ -361,8 +361,9 @@ fn value_lists_keep_no_growth_slack() {
             .map(|_| {
                 let mut v = Value::Null;
                 for _ in 0..62 {
+                    // Grown the way a decoder grows it (amortised), not sized exactly.
                     let mut list = Vec::new();
-                    list.push(v);
+                    list.extend(std::iter::once(v));
                     v = Value::List(list);
                 }
                 v
