@@ -640,7 +640,7 @@ async fn dribble() {
     let host = scene.spawn("dribble").await;
     let payload = unique("victim");
     let started = Instant::now();
-    let outcome = host.call_with_deadline::<Echo>(&payload, soon(1000)).await;
+    let (outcome, peak) = peak_during(host.call_with_deadline::<Echo>(&payload, soon(1000))).await;
 
     // Live: the frame being dribbled is the honest answer, which the host would accept whole;
     // only some of its bytes, one per write, arrived before the deadline.
@@ -660,6 +660,7 @@ async fn dribble() {
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),
         "{took:?}"
     );
+    assert_within(peak, ALLOC_BOUND);
     scene.assert_replaced(&host).await;
 }
 
@@ -754,11 +755,16 @@ async fn predictable_id() {
     // The forgery is staged between dispatches. Wait until it has landed: the rogue reached
     // the point of writing it (its mark, written just before) and the host received it (its
     // record of the violation, which only that frame could cause).
-    wait_until("the staged frame to land", Duration::from_secs(3), || {
-        scene.mark().as_deref() == Some("staged")
-            && host.stats().violations.get(&ViolationCode::UnknownCallId) == Some(&1)
-    })
+    let ((), peak) = peak_during(wait_until(
+        "the staged frame to land",
+        Duration::from_secs(3),
+        || {
+            scene.mark().as_deref() == Some("staged")
+                && host.stats().violations.get(&ViolationCode::UnknownCallId) == Some(&1)
+        },
+    ))
     .await;
+    assert_within(peak, ALLOC_BOUND);
 
     // Live: the forged Return names exactly the id a counter scheme would give the next call,
     // and carries a valid answer to an echo call.
@@ -930,11 +936,13 @@ fn short_handshake() -> HostConfig {
 #[tokio::test(flavor = "current_thread")]
 async fn frame_before_hello() {
     let scene = Scene::new("frame_before_hello");
-    let spawned = scene
-        .builder("frame_before_hello")
-        .protocol(short_handshake())
-        .spawn()
-        .await;
+    let (spawned, peak) = peak_during(
+        scene
+            .builder("frame_before_hello")
+            .protocol(short_handshake())
+            .spawn(),
+    )
+    .await;
     match (over_named_socket(), spawned) {
         (false, Err(SpawnError::Handshake(LostReason::Violation(v)))) => {
             assert_eq!(v.code, ViolationCode::FrameBeforeHandshake)
@@ -946,6 +954,7 @@ async fn frame_before_hello() {
     let log = scene.log();
     assert!(as_return(&log.sent_frames()[0]).is_some());
     await_reaped(scene.striker()).await;
+    assert_within(peak, ALLOC_BOUND);
 
     // The next worker started from the same configuration is honest and serves.
     let host = scene.spawn("frame_before_hello").await;
@@ -1003,7 +1012,7 @@ async fn no_hello() {
     let config = HostConfig::default()
         .handshake_timeout(Duration::from_millis(300))
         .unwrap();
-    let spawned = scene.builder("no_hello").protocol(config).spawn().await;
+    let (spawned, peak) = peak_during(scene.builder("no_hello").protocol(config).spawn()).await;
     match spawned {
         Err(SpawnError::Handshake(LostReason::HandshakeTimeout)) => {}
         other => panic!("expected a handshake timeout, got {other:?}"),
@@ -1017,12 +1026,13 @@ async fn no_hello() {
     assert_eq!(scene.pids().len(), 1);
     assert!(scene.log().writes.is_empty());
     assert_gone(scene.striker());
+    assert_within(peak, ALLOC_BOUND);
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn wrong_version() {
     let scene = Scene::new("wrong_version");
-    let spawned = scene.builder("wrong_version").spawn().await;
+    let (spawned, peak) = peak_during(scene.builder("wrong_version").spawn()).await;
     match spawned {
         Err(SpawnError::Handshake(LostReason::Refused(RefuseReason::VersionMismatch))) => {}
         other => panic!("expected a version refusal, got {other:?}"),
@@ -1033,6 +1043,7 @@ async fn wrong_version() {
         other => panic!("expected a Hello, got {other:?}"),
     }
     await_reaped(scene.striker()).await;
+    assert_within(peak, ALLOC_BOUND);
 
     let host = scene.spawn("wrong_version").await;
     let payload = unique("after");
@@ -1161,7 +1172,7 @@ async fn fail_forbidden_kind() {
 async fn exit_mid_call() {
     let scene = Scene::new("exit_mid_call");
     let host = scene.spawn("exit_mid_call").await;
-    let outcome = host.call::<Echo>(&unique("victim")).await;
+    let (outcome, peak) = peak_during(host.call::<Echo>(&unique("victim"))).await;
 
     // Live: it took the call and exited without a word.
     let log = scene.log();
@@ -1173,6 +1184,7 @@ async fn exit_mid_call() {
         other => panic!("expected WorkerLost(Exited(code 3)), got {other:?}"),
     }
     assert_gone(scene.striker());
+    assert_within(peak, ALLOC_BOUND);
     scene.assert_replaced(&host).await;
 }
 
@@ -1198,7 +1210,9 @@ async fn hang() {
     assert!(process_alive(scene.striker()));
     assert!(scene.log().sent_after_hello().is_empty());
 
-    assert_eq!(call.await.unwrap(), Err(CallError::Timeout));
+    let (outcome, peak) = peak_during(call).await;
+    assert_eq!(outcome.unwrap(), Err(CallError::Timeout));
+    assert_within(peak, ALLOC_BOUND);
     assert!(started.elapsed() < Duration::from_secs(2));
     // `Timeout` is delivered only once the worker that missed the deadline is reaped.
     assert_gone(scene.striker());
@@ -1268,7 +1282,7 @@ async fn close_write_side() {
     let scene = Scene::new("close_write_side");
     let host = scene.spawn("close_write_side").await;
     let started = Instant::now();
-    let outcome = host.call::<Echo>(&unique("victim")).await;
+    let (outcome, peak) = peak_during(host.call::<Echo>(&unique("victim"))).await;
 
     // Live: the worker got as far as closing its end of the channel, and did not exit: the
     // host had to SIGKILL it (a worker that exited on its own would report its exit code).
@@ -1282,6 +1296,7 @@ async fn close_write_side() {
     }
     assert_gone(scene.striker());
     assert!(started.elapsed() < Duration::from_secs(2));
+    assert_within(peak, ALLOC_BOUND);
     scene.assert_replaced(&host).await;
 }
 
