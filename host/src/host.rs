@@ -196,6 +196,25 @@ impl Host {
     }
 
     /// Calls `M` with the host's call deadline.
+    ///
+    /// `M::NAME` is checked when the program is built: a method whose name is not 1–64 bytes
+    /// of `[A-Za-z0-9._-]` cannot be called at all.
+    ///
+    /// ```compile_fail
+    /// use airlock_host::Host;
+    /// struct Spaced;
+    /// impl airlock_protocol::Method for Spaced {
+    ///     const NAME: &'static str = "not a method name";
+    ///     type Request = ();
+    ///     type Response = ();
+    /// }
+    /// fn call_it(host: &Host, runtime: &tokio::runtime::Runtime) {
+    ///     let _ = runtime.block_on(host.call::<Spaced>(&()));
+    /// }
+    /// fn main() {
+    ///     let _built: fn(&Host, &tokio::runtime::Runtime) = call_it;
+    /// }
+    /// ```
     pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         // `call_timeout` is at most `MAX_TIMEOUT` (checked at spawn), so this cannot overflow.
         let deadline = Instant::now() + self.shared.call_timeout;
@@ -228,6 +247,14 @@ impl Host {
         deadline: Instant,
         guard: &mut InFlight<'_>,
     ) -> Result<M::Response, CallError> {
+        // A method's name is fixed at compile time, so an invalid one is refused there: a
+        // `Host::call::<M>` with such an `M` does not build (see `Host::call`).
+        const {
+            assert!(
+                airlock_protocol::is_valid_method_name(M::NAME),
+                "Method::NAME must be 1-64 bytes of [A-Za-z0-9._-]"
+            )
+        };
         let body = airlock_codec::to_vec(request).map_err(CallError::Encode)?;
         let (reply, answer) = oneshot::channel();
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);

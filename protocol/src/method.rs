@@ -33,16 +33,25 @@ pub trait Method: 'static {
     type Response: Serialize + DeserializeOwned + Send + Sync + 'static;
 }
 
-/// True if `name` is 1–[`MAX_METHOD_NAME`] bytes of `[A-Za-z0-9._-]`.
-pub fn is_valid_method_name(name: &str) -> bool {
+/// True if `name` is 1–[`MAX_METHOD_NAME`] bytes of `[A-Za-z0-9._-]`. A `const fn`, so a
+/// caller can refuse an invalid [`Method::NAME`] at compile time.
+pub const fn is_valid_method_name(name: &str) -> bool {
     is_valid_name_bytes(name.as_bytes())
 }
 
-pub(crate) fn is_valid_name_bytes(name: &[u8]) -> bool {
-    (1..=MAX_METHOD_NAME).contains(&name.len())
-        && name
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+pub(crate) const fn is_valid_name_bytes(name: &[u8]) -> bool {
+    if name.is_empty() || name.len() > MAX_METHOD_NAME {
+        return false;
+    }
+    let mut i = 0;
+    while i < name.len() {
+        let b = name[i];
+        if !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// A validated method name received from the peer, sharing the frame's buffer (no copy).
