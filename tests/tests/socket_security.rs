@@ -17,8 +17,9 @@ use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_protocol::{decode_frame, Frame};
 use airlock_tests::support::{pass_socket_fd, pattern, raw_frame};
 use airlock_transport_socket::{
-    encode_token, inherited_pair, Accepted, NamedConfig, NamedListener, PeerExpectation,
-    PrivateDir, Refusal, SocketTransport, StreamConfig, AIRLOCK_TOKEN, DEFAULT_CANDIDATE_TIMEOUT,
+    encode_token, inherited_pair, AcceptError, Accepted, NamedConfig, NamedListener,
+    PeerExpectation, PrivateDir, Refusal, SocketTransport, StreamConfig, AIRLOCK_TOKEN,
+    DEFAULT_CANDIDATE_TIMEOUT,
 };
 use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -247,6 +248,39 @@ async fn wrong_and_replayed_tokens_are_refused() {
 
     worker.expect("ready").await;
     assert_echoes(accepted.transport).await;
+}
+
+#[tokio::test]
+async fn a_dead_processs_connection_is_not_taken_for_the_pid_it_had() {
+    // A process connects with the real token and exits; the kernel goes on naming its pid as
+    // the connection's peer. Once that number passes to the worker (a pid-reuse race, which
+    // review won), the credentials and the token together would pass the ghost off as the
+    // worker. Here the pid is expected directly: the same checks the race would face.
+    let listener = NamedListener::bind(NamedConfig::default()).expect("bind");
+    let env = listener.env();
+    let mut ghost = Peer::spawn("hello_and_exit", &env);
+    ghost.expect("sent").await;
+    let pid = ghost.pid();
+    assert!(
+        ghost.exit().await.success(),
+        "the ghost exited and was reaped"
+    );
+    assert!(!airlock_tests::e2e::process_alive(pid));
+
+    let result = listener
+        .accept_worker(
+            PeerExpectation::process(pid),
+            Instant::now() + Duration::from_millis(500),
+        )
+        .await;
+    // Live: the refusal is the check after the credentials, so the kernel's credentials named
+    // the dead process's pid and uid exactly as expected; its Hello carried the real token.
+    match result {
+        Err(AcceptError::Deadline { refusals, .. }) => {
+            assert_eq!(refusals, [Refusal::ConnectorExited { pid }])
+        }
+        other => panic!("expected the ghost's connection refused, got {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -31,6 +31,13 @@ pub enum Refusal {
         /// The peer's pid, if the OS reported one.
         got: Option<u32>,
     },
+    /// The process that made the connection has exited: its credentials name a pid that may
+    /// since have passed to another process (the worker itself, even), so they prove nothing.
+    #[error("the process that connected (pid {pid}) has exited")]
+    ConnectorExited {
+        /// The pid its credentials name.
+        pid: u32,
+    },
     /// Too many connections were already being screened; this one was closed unread.
     #[error("too many connections awaiting their Hello")]
     TooManyCandidates,

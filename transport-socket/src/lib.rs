@@ -43,7 +43,7 @@
 //! # });
 //! ```
 
-#![deny(unsafe_code)] // allowed in `adopt` only, the one place a descriptor is taken by number
+#![deny(unsafe_code)] // allowed in `adopt` (a descriptor taken by number) and `peer_pidfd` only
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(
@@ -56,6 +56,7 @@ mod env;
 mod error;
 mod inherited;
 pub mod named;
+mod peer_pidfd;
 mod socket_io;
 mod worker;
 

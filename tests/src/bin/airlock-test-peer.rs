@@ -9,6 +9,8 @@
 //!   it is), prints `sent`, and waits for the host to close the connection (`closed`). If the
 //!   host closed before the `Hello` could be written, it prints only `closed`.
 //! - `squat`: connects, prints `connected`, says nothing, and waits for `closed`.
+//! - `hello_and_exit`: connects, sends a `Hello` with `AIRLOCK_TOKEN`, prints `sent`, and
+//!   exits at once, leaving the connection behind.
 //! - `squat_then_work`: connects and says nothing until the host closes that connection
 //!   (`closed`), then plays `worker` on a second connection.
 //! - `connect`: tries to connect; prints `connected` (exit 0) or `error <kind>` (exit 3).
@@ -63,6 +65,18 @@ async fn run(args: &[String]) -> std::io::Result<ExitCode> {
             say("sent");
             wait_for_close(stream).await
         }
+        Some("hello_and_exit") => {
+            // Connects, says a Hello with whatever token it holds, and exits at once, leaving
+            // the connection (and the credentials the kernel recorded for it) behind.
+            let mut stream = connect_raw().await?;
+            let token = token_from_env();
+            stream
+                .write_all(&hello_frame(token.as_ref().map(|t| &t[..])))
+                .await?;
+            say("sent");
+            std::mem::forget(stream); // exit without a shutdown: the queued bytes stay
+            Ok(ExitCode::SUCCESS)
+        }
         Some("squat_then_work") => {
             // Connects and says nothing until the host gives up on that connection, then
             // connects again as an honest worker.
@@ -94,7 +108,7 @@ async fn run(args: &[String]) -> std::io::Result<ExitCode> {
         }
         _ => {
             eprintln!(
-                "usage: airlock-test-peer worker|hello|squat|squat_then_work|connect|listen PARENT"
+                "usage: airlock-test-peer worker|hello|hello_and_exit|squat|squat_then_work|connect|listen PARENT"
             );
             Ok(ExitCode::from(64))
         }

@@ -9,10 +9,12 @@
 //!    The socket file itself is mode `0600`.
 //! 2. **Peer credentials.** The kernel records who connected (`SO_PEERCRED`); a peer whose uid
 //!    differs from the expected one, or whose pid differs when the host spawned the worker
-//!    itself, is refused before a byte is read from it. The pid is the one the connecting
-//!    process had *when it connected*: a same-user process that connected, died, and had its
-//!    number handed on to the worker passes this check (a pid-reuse race; `SECURITY.md` lists
-//!    it as a residual), and then only the token stands in its way.
+//!    itself, is refused before a byte is read from it. That pid is the one the connecting
+//!    process had *when it connected*: a process that connected and exited leaves credentials
+//!    naming a pid the kernel may since have given the worker. So, with a pid expected, the
+//!    connecting process itself is asked for (`SO_PEERPIDFD`) and must still hold that pid
+//!    (`Refusal::ConnectorExited` otherwise). On kernels before Linux 6.5, without the option,
+//!    that last check cannot be made and the pid alone is trusted.
 //! 3. **The token.** The first frame must be a `Hello` carrying the listener's fresh 32-byte
 //!    token, compared in constant time. The token reaches only the child, through its
 //!    environment; a token from an earlier listener is worthless.
@@ -385,6 +387,10 @@ fn admit(
     let uid = creds.euid();
     let pid = creds.pid().and_then(|pid| u32::try_from(pid).ok());
     screen::check_credentials(uid, pid, expect)?;
+    if let Some(expected) = expect.pid {
+        use std::os::fd::AsFd;
+        screen::check_connector_holds_pid(stream.as_fd(), expected)?;
+    }
     let uid = uid.unwrap_or(expect.uid);
     Ok((UnixStream::from(stream), uid, pid))
 }

@@ -1,5 +1,6 @@
 //! Screening one candidate connection: who is it, and does its first frame prove it is ours?
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 use airlock_protocol::{decode_frame, Frame, LENGTH_PREFIX, TOKEN_LEN};
@@ -8,6 +9,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
 use crate::error::Refusal;
+use crate::peer_pidfd::peer_pidfd;
 use crate::PeerExpectation;
 
 /// Checks the peer's credentials, as the kernel recorded them when it connected.
@@ -31,6 +33,46 @@ pub(super) fn check_credentials(
         }
     }
     Ok(())
+}
+
+/// With the worker's pid expected: checks that the process that made the connection is still
+/// the one holding that pid. `SO_PEERCRED` names the pid the connection was made from, frozen
+/// at `connect`; a process that connected and exited leaves a connection whose credentials
+/// may name the pid the kernel has since given the worker. A pidfd of the connecting process
+/// (`SO_PEERPIDFD`) tells: `/proc/self/fdinfo` shows its pid while it lives and -1 once it has
+/// exited. An unreaped child's pid is held by that child, so a live connector with that pid is
+/// the child itself.
+///
+/// Where the kernel predates `SO_PEERPIDFD` (before Linux 6.5) or `/proc` is not mounted, this
+/// cannot tell and passes: the `SO_PEERCRED` check and the token then stand alone.
+pub(super) fn check_connector_holds_pid(
+    socket: BorrowedFd<'_>,
+    expected: u32,
+) -> Result<(), Refusal> {
+    let pidfd = match peer_pidfd(socket) {
+        Ok(pidfd) => pidfd,
+        Err(err) if err.raw_os_error() == Some(libc::ENOPROTOOPT) => return Ok(()),
+        // ESRCH or EINVAL: kernels that cannot name a connector that has exited.
+        Err(_) => return Err(Refusal::ConnectorExited { pid: expected }),
+    };
+    let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
+    else {
+        return Ok(());
+    };
+    let current = info
+        .lines()
+        .find_map(|line| line.strip_prefix("Pid:"))
+        .and_then(|pid| pid.trim().parse::<i64>().ok());
+    match current {
+        Some(pid) if pid == i64::from(expected) => Ok(()),
+        Some(-1) => Err(Refusal::ConnectorExited { pid: expected }),
+        // Alive under another number (or outside our PID namespace: 0): not the worker.
+        Some(other) => Err(Refusal::WrongPid {
+            expected,
+            got: u32::try_from(other).ok(),
+        }),
+        None => Ok(()), // a kernel whose fdinfo has no Pid line: cannot tell
+    }
 }
 
 /// Reads the first frame within `timeout` and requires a `Hello` carrying `token`. Returns the
