@@ -261,11 +261,8 @@ async fn a_dead_processs_connection_is_not_taken_for_the_pid_it_had() {
     let mut ghost = Peer::spawn("hello_and_exit", &env);
     ghost.expect("sent").await;
     let pid = ghost.pid();
-    assert!(
-        ghost.exit().await.success(),
-        "the ghost exited and was reaped"
-    );
-    assert!(!airlock_tests::e2e::process_alive(pid));
+    // Exited and reaped: its pid is free for the kernel to hand out again.
+    assert!(ghost.exit().await.success());
 
     let result = listener
         .accept_worker(

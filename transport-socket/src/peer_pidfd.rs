@@ -12,10 +12,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-/// `SO_PEERPIDFD` from `<asm-generic/socket.h>` (the same number on every Linux architecture
-/// that has it).
-const SO_PEERPIDFD: libc::c_int = 77;
-
 /// A pidfd for the process that made the connection on `socket`, or the OS's error:
 /// `ENOPROTOOPT` where the kernel predates the option; `ESRCH` or `EINVAL` on kernels that
 /// cannot name a connecting process that has since exited.
@@ -28,7 +24,7 @@ pub(crate) fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<OwnedFd> {
         libc::getsockopt(
             socket.as_raw_fd(),
             libc::SOL_SOCKET,
-            SO_PEERPIDFD,
+            libc::SO_PEERPIDFD,
             (&mut fd as *mut RawFd).cast(),
             &mut len,
         )
@@ -36,10 +32,15 @@ pub(crate) fn peer_pidfd(socket: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    if fd < 0 || len as usize != std::mem::size_of::<RawFd>() {
+    if fd < 0 {
         return Err(io::Error::from(io::ErrorKind::InvalidData));
     }
     // SAFETY: on success the kernel installed a new descriptor, `fd`, in this process's table
-    // for the caller; nothing else owns it, so taking ownership here is sound.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // for the caller; nothing else owns it, so taking ownership here is sound (and closes it on
+    // every path below).
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if len as usize != std::mem::size_of::<RawFd>() {
+        return Err(io::Error::from(io::ErrorKind::InvalidData));
+    }
+    Ok(pidfd)
 }

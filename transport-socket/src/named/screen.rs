@@ -1,10 +1,11 @@
 //! Screening one candidate connection: who is it, and does its first frame prove it is ours?
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use airlock_protocol::{decode_frame, Frame, LENGTH_PREFIX, TOKEN_LEN};
 use bytes::Bytes;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
@@ -39,12 +40,13 @@ pub(super) fn check_credentials(
 /// the one holding that pid. `SO_PEERCRED` names the pid the connection was made from, frozen
 /// at `connect`; a process that connected and exited leaves a connection whose credentials
 /// may name the pid the kernel has since given the worker. A pidfd of the connecting process
-/// (`SO_PEERPIDFD`) tells: `/proc/self/fdinfo` shows its pid while it lives and -1 once it has
-/// exited. An unreaped child's pid is held by that child, so a live connector with that pid is
-/// the child itself.
+/// itself (`SO_PEERPIDFD`) tells: it turns readable once that process has exited. A connector
+/// that has not exited still holds its pid, and an unreaped child holds the expected one, so
+/// a connector that passed the pid check and has not exited is the child itself. No pid
+/// numbers are compared here, so the check means the same in any PID namespace.
 ///
-/// Where the kernel predates `SO_PEERPIDFD` (before Linux 6.5) or `/proc` is not mounted, this
-/// cannot tell and passes: the `SO_PEERCRED` check and the token then stand alone.
+/// Fails closed: only a kernel without the option (before Linux 6.5, `ENOPROTOOPT`) passes
+/// unchecked, leaving the `SO_PEERCRED` pid and the token to stand alone.
 pub(super) fn check_connector_holds_pid(
     socket: BorrowedFd<'_>,
     expected: u32,
@@ -52,26 +54,24 @@ pub(super) fn check_connector_holds_pid(
     let pidfd = match peer_pidfd(socket) {
         Ok(pidfd) => pidfd,
         Err(err) if err.raw_os_error() == Some(libc::ENOPROTOOPT) => return Ok(()),
-        // ESRCH or EINVAL: kernels that cannot name a connector that has exited.
-        Err(_) => return Err(Refusal::ConnectorExited { pid: expected }),
+        // Kernels that cannot name a connector that has exited say so with these.
+        Err(err) if matches!(err.raw_os_error(), Some(libc::ESRCH | libc::EINVAL)) => {
+            return Err(Refusal::ConnectorExited { pid: expected })
+        }
+        // No descriptor to spare, or anything else: unconfirmed is refused.
+        Err(err) => return Err(Refusal::CredentialsUnavailable(err.kind())),
     };
-    let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
-    else {
-        return Ok(());
+    let mut watch = [PollFd::new(&pidfd, PollFlags::IN)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    let current = info
-        .lines()
-        .find_map(|line| line.strip_prefix("Pid:"))
-        .and_then(|pid| pid.trim().parse::<i64>().ok());
-    match current {
-        Some(pid) if pid == i64::from(expected) => Ok(()),
-        Some(-1) => Err(Refusal::ConnectorExited { pid: expected }),
-        // Alive under another number (or outside our PID namespace: 0): not the worker.
-        Some(other) => Err(Refusal::WrongPid {
-            expected,
-            got: u32::try_from(other).ok(),
-        }),
-        None => Ok(()), // a kernel whose fdinfo has no Pid line: cannot tell
+    match poll(&mut watch, Some(&zero)) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(Refusal::ConnectorExited { pid: expected }),
+        Err(err) => Err(Refusal::CredentialsUnavailable(
+            std::io::Error::from(err).kind(),
+        )),
     }
 }
 
