@@ -114,6 +114,15 @@ pub enum SpawnError {
     /// The program could not be executed.
     #[error("could not start the worker program: {0}")]
     Exec(#[source] std::io::Error),
+    /// This process ignores `SIGCHLD` (or set `SA_NOCLDWAIT`), so the kernel reaps children
+    /// the moment they exit. airlock relies on holding its worker unreaped until it has
+    /// finished with its pid (killing its process group, authenticating its socket): with the
+    /// pid free, another process could take it. Restore `SIGCHLD`'s default disposition
+    /// before spawning workers.
+    #[error(
+        "SIGCHLD is ignored in this process, so workers would be reaped behind the host's back"
+    )]
+    ChildrenReapedByKernel,
     /// The channel to the worker could not be set up.
     #[error("could not set up the transport: {0}")]
     Transport(#[source] std::io::Error),

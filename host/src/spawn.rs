@@ -78,6 +78,9 @@ fn started(
 /// descriptor but stdio and the channel is closed on exec and the worker dies with its host
 /// (see `sys::prepare_child`).
 pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
+    if crate::sys::children_reaped_by_kernel() {
+        return Err(SpawnError::ChildrenReapedByKernel);
+    }
     let mut command = base_command(settings);
     match settings.transport {
         #[cfg(feature = "pipe")]
@@ -137,7 +140,11 @@ async fn spawn_named(settings: &Settings, mut command: Command) -> Result<Spawne
     let mut child = crate::spawner::spawn(command)
         .await
         .map_err(SpawnError::Exec)?;
-    let pid = child.id().unwrap_or(0);
+    // The pid to expect: never a stand-in (a 0 would match peers from an ancestor PID
+    // namespace). `None` only once the child has been reaped, which it cannot have been yet.
+    let Some(pid) = child.id() else {
+        return Err(SpawnError::Handshake(crate::LostReason::TransportFailed));
+    };
     let token = *listener.token();
     let deadline = std::time::Instant::now() + settings.protocol.handshake_limit();
     match listener

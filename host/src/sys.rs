@@ -1,4 +1,5 @@
-//! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`.
+//! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`,
+//! and one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`).
 //!
 //! Between `fork` and `exec` only async-signal-safe operations are allowed: no allocation, no
 //! locks. Everything below is a bare system call on values prepared before the fork.
@@ -38,6 +39,20 @@ pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
             Ok(())
         });
     }
+}
+
+/// True if this process ignores `SIGCHLD` or has `SA_NOCLDWAIT` set on it: the kernel then
+/// reaps each child as it exits, freeing its pid while the host still acts on that number
+/// (a process-group kill, a socket peer's pid check). Either is inherited across `exec` from
+/// whatever started the host, so it is checked rather than assumed.
+pub(crate) fn children_reaped_by_kernel() -> bool {
+    // SAFETY: an all-zero `sigaction` is a valid value of the plain C struct (no references,
+    // no niches); it is only written to.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, `sigaction` only reads the current disposition of
+    // SIGCHLD into `current`, a valid, writable struct; it changes nothing.
+    let rc = unsafe { libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut current) };
+    rc == 0 && (current.sa_sigaction == libc::SIG_IGN || current.sa_flags & libc::SA_NOCLDWAIT != 0)
 }
 
 /// The descriptor numbers open in this process, from `/proc/self/fd`.
