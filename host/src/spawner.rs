@@ -8,7 +8,9 @@
 //!
 //! The thread belongs to the process that started it: a process forked from the host has no
 //! such thread, so it starts its own. The thread is recognised by its pid *and* its thread id
-//! still being listed under `/proc/self/task` (a descendant could reuse the pid). A thread that
+//! still naming a thread of this process (`tgkill` with no signal; a descendant in a new PID
+//! namespace could reuse the pid). Not through `/proc`, which may belong to another PID
+//! namespace and would then never recognise the thread. A thread that
 //! failed to start, or a spawn that timed out, makes the next spawn start a fresh thread, and
 //! every wait for it is bounded.
 
@@ -33,8 +35,7 @@ struct Spawner {
 impl Spawner {
     /// True if this is the calling process's own live spawner thread.
     fn is_ours(&self) -> bool {
-        self.pid == std::process::id()
-            && std::path::Path::new(&format!("/proc/self/task/{}", self.tid)).exists()
+        self.pid == std::process::id() && crate::sys::thread_exists(self.tid)
     }
 }
 

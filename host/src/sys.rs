@@ -1,5 +1,6 @@
 //! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`,
-//! and one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`).
+//! one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`), and one
+//! probe for a thread of this process (`thread_exists`).
 //!
 //! Between `fork` and `exec` only async-signal-safe operations are allowed: no allocation, no
 //! locks. Everything below is a bare system call on values prepared before the fork.
@@ -39,6 +40,16 @@ pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
             Ok(())
         });
     }
+}
+
+/// True if thread `tid` exists in this process (`tgkill(getpid(), tid, 0)`: no signal is
+/// sent, only the existence and permission checks run). Thread ids are read in this process's
+/// own PID namespace, whatever `/proc` is mounted.
+pub(crate) fn thread_exists(tid: i32) -> bool {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    // SAFETY: a plain system call on integers; signal 0 delivers nothing.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// True if this process ignores `SIGCHLD` or has `SA_NOCLDWAIT` set on it: the kernel then
