@@ -225,8 +225,10 @@ async fn invariant_07_every_wait_is_bounded() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     host.shutdown().await;
     assert!(pending.await.unwrap().is_err());
+    // Every wait above is at most a few hundred milliseconds; an unbounded one would be the
+    // 60 s sleeps. The margin is for a loaded machine.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(15),
         "a wait was not bounded"
     );
 }
