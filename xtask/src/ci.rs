@@ -73,6 +73,10 @@ pub fn main(args: &[String]) -> Result {
         }
         run::run(&mut command)?;
     }
+    // The feature sets above rebuilt `target/debug/airlock-worker` (and friends) with fewer
+    // features (a socket-only worker, say); the suites spawn those binaries, so put the
+    // default builds back before anyone runs `cargo test` after this.
+    run::run(&mut cargo(["build", "--workspace", "--bins", "--locked"]))?;
     // The committed fuzz seeds still decode (or are refused) as their names say.
     run::run(&mut cargo([
         "test",
