@@ -139,16 +139,12 @@ impl Supervisor {
                         let _ = ready.send(Err(err));
                         return self.finish();
                     }
-                    // A replacement that failed its handshake at the transport (the named
-                    // socket's screening) is lost for the same reason, and counted the same
-                    // way, as one whose session saw the same frame.
+                    // A replacement that failed its handshake before a session existed (the
+                    // named socket's listener waited out its deadline) is lost for that reason.
                     let reason = match err {
                         SpawnError::Handshake(reason) => reason,
                         _ => LostReason::TransportFailed,
                     };
-                    if let Some(code) = reason.violation_code() {
-                        self.counters.violation(code);
-                    }
                     WorkerEnd { reason }
                 }
             };

@@ -203,14 +203,9 @@ impl Rogue {
     }
 }
 
-fn varint(mut v: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-    out
+/// `v` as the wire's LEB128 varint: the codec's own encoding of a `u64`.
+fn varint(v: u64) -> Vec<u8> {
+    airlock_codec::to_vec(&v).unwrap_or_default()
 }
 
 /// A payload framed with a length prefix, with no check that it is a valid frame.
