@@ -108,6 +108,7 @@ pub(crate) struct Settings {
     pub(crate) restart: RestartPolicy,
     pub(crate) stderr: StderrPolicy,
     pub(crate) label: String,
+    pub(crate) confinement: crate::Confinement,
 }
 
 impl Settings {
@@ -156,6 +157,7 @@ impl Settings {
             restart: RestartPolicy::default(),
             stderr: StderrPolicy::default(),
             label,
+            confinement: crate::Confinement::strict(),
         }
     }
 }

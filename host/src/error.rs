@@ -73,6 +73,10 @@ pub enum LostReason {
     /// The host shut the worker down before the call finished.
     #[error("the host shut the worker down")]
     Shutdown,
+    /// The host found, from outside, that the worker does not run under the confinement it
+    /// asked for (the details are logged at WARN on target `airlock::confinement`).
+    #[error("the worker does not run under the confinement asked for")]
+    ConfinementNotVerified,
     /// The worker failed too often; the supervisor stopped restarting it.
     #[error("the restart budget is exhausted")]
     RestartBudgetExhausted,
@@ -132,4 +136,8 @@ pub enum SpawnError {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(#[from] airlock_protocol::ConfigError),
+    /// The worker could not be started under the confinement asked for, or was found, from
+    /// outside, not to run under it. It was killed; nothing was sent to it.
+    #[error("confinement: {0}")]
+    Confinement(#[from] crate::ConfinementError),
 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
-use airlock_protocol::{HostConfig, Method, WorkerInfo};
+use airlock_protocol::{HostConfig, Method};
+
+use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
@@ -107,6 +109,16 @@ impl HostBuilder {
         self
     }
 
+    /// The OS confinement the worker runs under. Default [`Confinement::strict`]: its own
+    /// namespaces and minimal read-only root, Landlock, seccomp, no capabilities, rlimits.
+    /// Open what its handlers need with [`Confinement::read_only`] and
+    /// [`Confinement::read_write`]; [`Confinement::none`] opts out (logged at WARN).
+    #[must_use]
+    pub fn confinement(mut self, confinement: Confinement) -> Self {
+        self.settings.confinement = confinement;
+        self
+    }
+
     /// The name logs use for this worker. Default: the program's file name.
     #[must_use]
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -117,6 +129,14 @@ impl HostBuilder {
     /// Starts the worker and completes its handshake. Fails if the program cannot run or the
     /// handshake fails; after that, lost workers are replaced by the supervisor.
     pub async fn spawn(self) -> Result<Host, SpawnError> {
+        if !self.settings.confinement.is_confined() {
+            tracing::warn!(
+                target: "airlock::confinement",
+                worker = %self.settings.label,
+                "Confinement::none(): the worker runs unconfined and can reach everything this \
+                 host's user can"
+            );
+        }
         Host::start(self.settings, Launcher::Process).await
     }
 
@@ -323,7 +343,8 @@ impl Host {
         self.shared.alive.load(Ordering::Relaxed)
     }
 
-    /// What the first worker said about itself in its handshake.
+    /// What the first worker said about itself in its handshake, and the confinement it was
+    /// verified to run under.
     pub fn worker_info(&self) -> &WorkerInfo {
         &self.shared.worker
     }

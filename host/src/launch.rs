@@ -40,6 +40,8 @@ pub(crate) struct Launched {
     /// The token the session must require in the `Hello`.
     pub(crate) token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     pub(crate) stderr: Option<StderrRelay>,
+    /// What the worker was verified to run under.
+    pub(crate) confinement: crate::ConfinementReport,
 }
 
 /// The task relaying a worker's stderr, and the switch that tells it the worker is gone.
@@ -62,10 +64,13 @@ impl StderrRelay {
 pub(crate) enum WorkerProcess {
     /// A child process leading its own process group.
     Child {
-        /// The process.
+        /// The host's child: the worker, or the keeper of a worker in namespaces.
         child: Child,
-        /// Its pid, which is also its process group id.
+        /// The worker's pid; without namespaces also its process group id.
         pid: u32,
+        /// A pidfd for the worker when it is not `child` itself (it runs in namespaces: its
+        /// PID namespace, not a process group, holds everything it started).
+        pidfd: Option<std::os::fd::OwnedFd>,
         /// Set once it has been reaped (its group was killed at that moment).
         exited: Option<ExitInfo>,
     },
@@ -105,6 +110,7 @@ impl Launcher {
                     process: WorkerProcess::Child {
                         child: spawned.child,
                         pid: spawned.pid,
+                        pidfd: spawned.pidfd,
                         exited: None,
                     },
                     sender: spawned.sender,
@@ -112,6 +118,7 @@ impl Launcher {
                     hello: spawned.hello,
                     token: spawned.token,
                     stderr,
+                    confinement: spawned.confinement,
                 })
             }
             Launcher::InProcess(factory) => {
@@ -142,6 +149,10 @@ impl Launcher {
                     hello: None,
                     token: None,
                     stderr: None,
+                    confinement: crate::ConfinementReport::unconfined(
+                        std::process::id(),
+                        rustix::process::geteuid().as_raw(),
+                    ),
                 })
             }
         }
@@ -153,12 +164,19 @@ impl WorkerProcess {
     /// child is reaped, so a grandchild holding the channel open dies with it.
     pub(crate) async fn wait(&mut self) -> ExitInfo {
         match self {
-            WorkerProcess::Child { child, pid, exited } => {
+            WorkerProcess::Child {
+                child,
+                pid,
+                pidfd,
+                exited,
+            } => {
                 if let Some(info) = exited {
                     return *info;
                 }
                 let info = exit_info(child.wait().await.ok());
-                kill_group(*pid);
+                if pidfd.is_none() {
+                    kill_group(*pid);
+                }
                 *exited = Some(info);
                 info
             }
@@ -179,10 +197,17 @@ impl WorkerProcess {
     /// left of its group), without waiting; `None` if it still runs.
     pub(crate) fn ended(&mut self) -> Option<ExitInfo> {
         match self {
-            WorkerProcess::Child { child, pid, exited } => {
+            WorkerProcess::Child {
+                child,
+                pid,
+                pidfd,
+                exited,
+            } => {
                 if exited.is_none() {
                     if let Ok(Some(status)) = child.try_wait() {
-                        kill_group(*pid);
+                        if pidfd.is_none() {
+                            kill_group(*pid);
+                        }
                         *exited = Some(exit_info(Some(status)));
                     }
                 }
@@ -199,16 +224,33 @@ impl WorkerProcess {
     /// Bounded: gives up waiting after `reap_timeout` (the process is already SIGKILLed).
     pub(crate) async fn kill_and_reap(&mut self, reap_timeout: Duration) -> Option<ExitInfo> {
         match self {
-            WorkerProcess::Child { child, pid, exited } => {
+            WorkerProcess::Child {
+                child,
+                pid,
+                pidfd,
+                exited,
+            } => {
                 if let Some(info) = exited {
                     return Some(*info);
                 }
-                kill_group(*pid);
-                let _ = child.start_kill();
-                let info = match tokio::time::timeout(reap_timeout, child.wait()).await {
+                kill_worker(*pid, pidfd.as_ref());
+                // A keeper exits as soon as its worker (and with it the worker's whole PID
+                // namespace) is gone; killing it too would leave the worker to be reaped by
+                // someone else, later.
+                if pidfd.is_none() {
+                    let _ = child.start_kill();
+                }
+                let mut info = match tokio::time::timeout(reap_timeout, child.wait()).await {
                     Ok(status) => Some(exit_info(status.ok())),
                     Err(_) => None,
                 };
+                if info.is_none() && pidfd.is_some() {
+                    let _ = child.start_kill();
+                    info = tokio::time::timeout(reap_timeout, child.wait())
+                        .await
+                        .ok()
+                        .map(|status| exit_info(status.ok()));
+                }
                 *exited = info;
                 info
             }
@@ -220,6 +262,17 @@ impl WorkerProcess {
                 None
             }
         }
+    }
+}
+
+/// SIGKILLs the worker and everything it started: through its pidfd when it runs in
+/// namespaces (PID 1 of its namespace: the kernel kills the rest), else its process group.
+pub(crate) fn kill_worker(pid: u32, pidfd: Option<&std::os::fd::OwnedFd>) {
+    match pidfd {
+        Some(pidfd) => {
+            let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+        }
+        None => kill_group(pid),
     }
 }
 

@@ -30,16 +30,19 @@
 //! to it and deny service to them; it cannot answer another call, run code in the host, or
 //! make the host allocate beyond its budgets. airlock's checks do not replace OS confinement.
 //!
-//! Seam for OS confinement: `sys::prepare_child` is where the host-side rules run in the child
-//! before `exec` (rlimits, seccomp and namespaces will join them there).
+//! Every worker is OS-confined by default ([`Confinement::strict`]): namespaces of its own
+//! with a minimal read-only root, Landlock, seccomp, no capabilities and rlimits, verified
+//! from outside before its first call. See the [`confinement`] module for the layers.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod config;
+pub mod confinement;
 mod error;
 mod host;
 mod in_process;
+mod info;
 mod launch;
 mod pool;
 mod spawn;
@@ -53,7 +56,11 @@ pub use config::{
     RestartPolicy, StderrPolicy, TransportChoice, DEFAULT_CALL_TIMEOUT, DEFAULT_SEND_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
 };
+pub use confinement::{
+    Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
+};
 pub use error::{CallError, ExitInfo, LostReason, SpawnError};
+pub use info::WorkerInfo;
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
 pub use pool::{Pool, PoolBuilder};

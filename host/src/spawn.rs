@@ -1,5 +1,10 @@
-//! Starting one worker process and wiring its channel and stderr.
+//! Starting one worker process, as one pipeline: the command (program, arguments,
+//! environment, working directory) → its confinement (prepared here, applied in the child)
+//! → the fork and `exec` (from the spawner thread) → the channel (pipe or socket) → the
+//! check, from outside, that the worker runs under what was asked. The handshake follows in
+//! the supervisor.
 
+use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
@@ -11,12 +16,19 @@ use bytes::Bytes;
 use tokio::process::{Child, ChildStderr, Command};
 
 use crate::config::{Settings, TransportChoice};
+use crate::confinement::{
+    ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Prepared,
+};
 use crate::SpawnError;
 
 /// A started worker process, before its handshake.
 pub(crate) struct Spawned {
+    /// The host's child: the worker itself, or (in namespaces) its keeper.
     pub(crate) child: Child,
+    /// The worker's pid as this host sees it.
     pub(crate) pid: u32,
+    /// A pidfd for the worker when it is not the host's own child.
+    pub(crate) pidfd: Option<OwnedFd>,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
     pub(crate) stderr: Option<ChildStderr>,
@@ -24,6 +36,8 @@ pub(crate) struct Spawned {
     pub(crate) hello: Option<Bytes>,
     /// The token the session must find in that `Hello` (named sockets).
     pub(crate) token: Option<[u8; TOKEN_LEN]>,
+    /// What the worker was verified to run under.
+    pub(crate) confinement: ConfinementReport,
 }
 
 /// The stream settings for a new worker's channel. Frames are capped at the handshake's
@@ -39,10 +53,12 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
-/// The command every transport starts from: its own process group, a cleared environment
-/// holding only what the caller added, the chosen working directory, stderr captured.
-fn base_command(settings: &Settings) -> Command {
-    let mut command = Command::new(&settings.program);
+/// Step 1, the command: its own process group, a cleared environment holding only what the
+/// caller added, the working directory (entered by the confinement itself when there is one),
+/// stderr captured.
+fn base_command(settings: &Settings, confined: Option<&Prepared>) -> Command {
+    let program = confined.map_or(settings.program.as_path(), |p| p.program.as_path());
+    let mut command = Command::new(program);
     command
         .args(&settings.args)
         .env_clear()
@@ -50,124 +66,334 @@ fn base_command(settings: &Settings) -> Command {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(cwd) = &settings.cwd {
-        command.current_dir(cwd);
+    match confined {
+        Some(prepared) => {
+            command.envs(prepared.env.iter().map(|(k, v)| (k, v)));
+        }
+        None => {
+            if let Some(cwd) = &settings.cwd {
+                command.current_dir(cwd);
+            }
+        }
     }
     command
 }
 
-fn started(
-    mut child: Child,
-    sender: Box<dyn FrameSender>,
-    receiver: Box<dyn FrameReceiver>,
-) -> Spawned {
-    let pid = child.id().unwrap_or(0);
-    let stderr = child.stderr.take();
-    Spawned {
-        child,
-        pid,
-        sender,
-        receiver,
-        stderr,
-        hello: None,
-        token: None,
+/// The worker's channel, chosen before the fork.
+enum Channel {
+    #[cfg(feature = "pipe")]
+    Pipe,
+    #[cfg(feature = "socket")]
+    Inherited {
+        transport: airlock_transport_socket::SocketTransport,
+        child_end: OwnedFd,
+    },
+    #[cfg(feature = "socket")]
+    Named(airlock_transport_socket::NamedListener),
+}
+
+impl Channel {
+    fn open(settings: &Settings) -> Result<Self, SpawnError> {
+        match settings.transport {
+            #[cfg(feature = "pipe")]
+            TransportChoice::Pipe => Ok(Channel::Pipe),
+            #[cfg(feature = "socket")]
+            TransportChoice::SocketInherited => {
+                let (transport, child_end) =
+                    airlock_transport_socket::inherited_pair(stream_config(settings))
+                        .map_err(SpawnError::Transport)?;
+                Ok(Channel::Inherited {
+                    transport,
+                    child_end: child_end.into(),
+                })
+            }
+            #[cfg(feature = "socket")]
+            TransportChoice::SocketNamed => {
+                use airlock_transport_socket::{NamedConfig, NamedListener};
+                let config = NamedConfig::default().stream(stream_config(settings));
+                Ok(Channel::Named(
+                    NamedListener::bind(config).map_err(SpawnError::Transport)?,
+                ))
+            }
+        }
+    }
+
+    /// Files the worker must reach inside its root for this channel.
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        match self {
+            #[cfg(feature = "socket")]
+            Channel::Named(listener) => vec![listener.name().to_path_buf()],
+            #[allow(unreachable_patterns)]
+            _ => Vec::new(),
+        }
+    }
+
+    /// Wires the channel into `command`; returns the descriptor to move to fd 3, if any.
+    fn wire(&self, command: &mut Command) -> Option<std::os::fd::RawFd> {
+        match self {
+            #[cfg(feature = "pipe")]
+            Channel::Pipe => {
+                command.stdin(Stdio::piped()).stdout(Stdio::piped());
+                None
+            }
+            #[cfg(feature = "socket")]
+            Channel::Inherited { child_end, .. } => {
+                use airlock_transport_socket::{AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD};
+                use std::os::fd::AsRawFd;
+                command
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
+                Some(child_end.as_raw_fd())
+            }
+            #[cfg(feature = "socket")]
+            Channel::Named(listener) => {
+                for (key, value) in listener.env() {
+                    command.env(key, value);
+                }
+                command.stdin(Stdio::null()).stdout(Stdio::null());
+                None
+            }
+        }
     }
 }
 
-/// Spawns the worker with the configured transport. Besides the command's setup, every
-/// descriptor but stdio and the channel is closed on exec and the worker dies with its host
-/// (see `sys::prepare_child`).
+/// Spawns the worker with the configured transport and confinement. Besides the command's
+/// setup, every descriptor but stdio and the channel is closed on exec and the worker dies
+/// with its host (see `sys::prepare_child`).
 pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
     if crate::sys::children_reaped_by_kernel() {
         return Err(SpawnError::ChildrenReapedByKernel);
     }
-    let mut command = base_command(settings);
-    match settings.transport {
+    if !settings.confinement.is_confined() {
+        return spawn_once(settings, None).await;
+    }
+    match spawn_once(settings, Some(true)).await {
+        Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
+            if settings.confinement.mode() == ConfinementMode::BestEffort
+                && namespace_step(step) =>
+        {
+            tracing::warn!(
+                target: "airlock::confinement",
+                worker = %settings.label,
+                "namespaces unavailable ({step:?}: {source}); starting without them"
+            );
+            spawn_once(settings, Some(false)).await
+        }
+        other => other,
+    }
+}
+
+/// Steps that fail when the system does not let this host create namespaces.
+fn namespace_step(step: ConfinementStep) -> bool {
+    matches!(
+        step,
+        ConfinementStep::CreateNamespaces
+            | ConfinementStep::MapIdentity
+            | ConfinementStep::Synchronise
+            | ConfinementStep::CopyPath
+            | ConfinementStep::BuildRoot
+            | ConfinementStep::ReadOnly
+            | ConfinementStep::PivotRoot
+    )
+}
+
+/// One attempt. `namespaces`: `None` unconfined, else whether to create namespaces.
+async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spawned, SpawnError> {
+    let channel = Channel::open(settings)?;
+    let confinement = match namespaces {
+        Some(namespaces) => {
+            let inputs = crate::confinement::SpawnInputs {
+                program: &settings.program,
+                env: &settings.env,
+                cwd: settings.cwd.as_deref(),
+                transport_files: &channel.files(),
+            };
+            Some(crate::confinement::prepare(
+                &settings.confinement,
+                &inputs,
+                namespaces,
+            )?)
+        }
+        None => None,
+    };
+    let (plan, prepared) = match confinement {
+        Some((plan, prepared)) => (Some(plan), Some(prepared)),
+        None => (None, None),
+    };
+    let mut command = base_command(settings, prepared.as_ref());
+    let channel_fd = channel.wire(&mut command);
+    crate::sys::prepare_child(&mut command, channel_fd);
+    if let Some(mut plan) = plan {
+        crate::sys::run_before_exec(&mut command, move || plan.run());
+    }
+    let spawned = crate::spawner::spawn(command).await;
+    let mut child = match (spawned, &prepared) {
+        (Ok(child), _) => child,
+        (Err(err), Some(prepared)) => return Err(explain_failure(prepared, err)),
+        (Err(err), None) => return Err(SpawnError::Exec(err)),
+    };
+    let (pid, pidfd, report) = match &prepared {
+        Some(prepared) => match verified(&child, prepared) {
+            Ok(found) => found,
+            Err(err) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return Err(SpawnError::Confinement(err));
+            }
+        },
+        None => {
+            let pid = child.id().unwrap_or(0);
+            (pid, None, ConfinementReport::unconfined(pid, rustix::process::geteuid().as_raw()))
+        }
+    };
+    let connected = match connect(settings, channel, &mut child, pid, report.uid).await {
+        Ok(connected) => connected,
+        Err(err) => {
+            crate::launch::kill_worker(pid, pidfd.as_ref());
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(err);
+        }
+    };
+    let stderr = child.stderr.take();
+    Ok(Spawned {
+        child,
+        pid,
+        pidfd,
+        sender: connected.sender,
+        receiver: connected.receiver,
+        stderr,
+        hello: connected.hello,
+        token: connected.token,
+        confinement: report,
+    })
+}
+
+/// Why a confined spawn failed: the step the child reported, or the exec error.
+fn explain_failure(prepared: &Prepared, err: std::io::Error) -> SpawnError {
+    match prepared.read_reports().failure {
+        Some((step, errno)) => SpawnError::Confinement(ConfinementError::Step {
+            step,
+            source: std::io::Error::from_raw_os_error(errno),
+        }),
+        None => SpawnError::Exec(err),
+    }
+}
+
+/// Step 5 (before the channel is used): the worker's pid, a pidfd for it, and what it runs
+/// under, read from outside.
+fn verified(
+    child: &Child,
+    prepared: &Prepared,
+) -> Result<(u32, Option<OwnedFd>, ConfinementReport), ConfinementError> {
+    let keeper = child.id().ok_or(ConfinementError::Verification {
+        check: "pid",
+        expected: "a running child".into(),
+        found: "reaped".into(),
+    })?;
+    if !prepared.expected.namespaces {
+        let report = crate::confinement::verify_spawned(keeper, None, &prepared.expected)?;
+        return Ok((keeper, None, report));
+    }
+    let reports = prepared.read_reports();
+    let pid = reports
+        .worker_pid
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or(ConfinementError::Verification {
+            check: "worker pid",
+            expected: "reported by the keeper".into(),
+            found: "nothing".into(),
+        })?;
+    // The pidfd first, then the check that its process is the keeper's child: a pid the
+    // worker freed by exiting could have been taken by anything since.
+    let pidfd = rustix::process::Pid::from_raw(pid as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    let Some(pidfd) = pidfd else {
+        return Err(ConfinementError::Verification {
+            check: "pidfd",
+            expected: "the worker alive".into(),
+            found: "gone".into(),
+        });
+    };
+    let report = crate::confinement::verify_spawned(pid, Some(keeper), &prepared.expected)?;
+    Ok((pid, Some(pidfd), report))
+}
+
+/// A connected channel.
+struct Connected {
+    sender: Box<dyn FrameSender>,
+    receiver: Box<dyn FrameReceiver>,
+    hello: Option<Bytes>,
+    token: Option<[u8; TOKEN_LEN]>,
+}
+
+impl Connected {
+    fn new<T: Transport>(transport: T) -> Self {
+        let (sender, receiver) = transport.split();
+        Self {
+            sender: Box::new(sender),
+            receiver: Box::new(receiver),
+            hello: None,
+            token: None,
+        }
+    }
+}
+
+/// Step 4: the channel, connected to the worker `pid` running as `uid`.
+#[allow(unused_variables)]
+async fn connect(
+    settings: &Settings,
+    channel: Channel,
+    child: &mut Child,
+    pid: u32,
+    uid: u32,
+) -> Result<Connected, SpawnError> {
+    match channel {
         #[cfg(feature = "pipe")]
-        TransportChoice::Pipe => {
-            command.stdin(Stdio::piped()).stdout(Stdio::piped());
-            crate::sys::prepare_child(&mut command, None);
-            let mut child = crate::spawner::spawn(command)
-                .await
-                .map_err(SpawnError::Exec)?;
+        Channel::Pipe => {
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 return Err(SpawnError::Transport(std::io::Error::other(
                     "child stdio missing",
                 )));
             };
-            let (sender, receiver) =
-                StreamTransport::new(stdout, stdin, stream_config(settings)).split();
-            Ok(started(child, Box::new(sender), Box::new(receiver)))
+            Ok(Connected::new(StreamTransport::new(
+                stdout,
+                stdin,
+                stream_config(settings),
+            )))
         }
         #[cfg(feature = "socket")]
-        TransportChoice::SocketInherited => {
-            use airlock_transport_socket::{inherited_pair, AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD};
-            use std::os::fd::AsRawFd;
-            let (transport, child_end) =
-                inherited_pair(stream_config(settings)).map_err(SpawnError::Transport)?;
-            command
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
-            crate::sys::prepare_child(&mut command, Some(child_end.as_raw_fd()));
-            let child = crate::spawner::spawn(command)
-                .await
-                .map_err(SpawnError::Exec)?;
+        Channel::Inherited {
+            transport,
+            child_end,
+        } => {
             // Our copy of the child's end must go, or the worker exiting is never seen as the
             // end of the stream.
             drop(child_end);
-            let (sender, receiver) = transport.split();
-            Ok(started(child, Box::new(sender), Box::new(receiver)))
+            Ok(Connected::new(transport))
         }
         #[cfg(feature = "socket")]
-        TransportChoice::SocketNamed => spawn_named(settings, command).await,
-    }
-}
-
-/// Named socket: listen in a fresh private directory, start the child with the name and a
-/// one-time token, and accept only a connection from that very process holding the token.
-#[cfg(feature = "socket")]
-async fn spawn_named(settings: &Settings, mut command: Command) -> Result<Spawned, SpawnError> {
-    use airlock_transport_socket::{AcceptError, NamedConfig, NamedListener, PeerExpectation};
-
-    let config = NamedConfig::default().stream(stream_config(settings));
-    let listener = NamedListener::bind(config).map_err(SpawnError::Transport)?;
-    for (key, value) in listener.env() {
-        command.env(key, value);
-    }
-    command.stdin(Stdio::null()).stdout(Stdio::null());
-    crate::sys::prepare_child(&mut command, None);
-    let mut child = crate::spawner::spawn(command)
-        .await
-        .map_err(SpawnError::Exec)?;
-    // The pid to expect: never a stand-in (a 0 would match peers from an ancestor PID
-    // namespace). `None` only once the child has been reaped, which it cannot have been yet.
-    let Some(pid) = child.id() else {
-        return Err(SpawnError::Handshake(crate::LostReason::TransportFailed));
-    };
-    let token = *listener.token();
-    let deadline = std::time::Instant::now() + settings.protocol.handshake_limit();
-    match listener
-        .accept_worker(PeerExpectation::process(pid), deadline)
-        .await
-    {
-        Ok(accepted) => {
-            let (sender, receiver) = accepted.transport.split();
-            let mut spawned = started(child, Box::new(sender), Box::new(receiver));
-            spawned.hello = Some(accepted.hello);
-            spawned.token = Some(token);
-            Ok(spawned)
-        }
-        Err(err) => {
-            crate::launch::kill_group(pid);
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-            Err(match err {
-                AcceptError::Deadline { .. } => {
-                    SpawnError::Handshake(crate::LostReason::HandshakeTimeout)
+        Channel::Named(listener) => {
+            use airlock_transport_socket::{AcceptError, PeerExpectation};
+            let token = *listener.token();
+            let deadline = std::time::Instant::now() + settings.protocol.handshake_limit();
+            let expectation = PeerExpectation {
+                uid,
+                pid: Some(pid),
+            };
+            match listener.accept_worker(expectation, deadline).await {
+                Ok(accepted) => {
+                    let mut connected = Connected::new(accepted.transport);
+                    connected.hello = Some(accepted.hello);
+                    connected.token = Some(token);
+                    Ok(connected)
                 }
-                other => SpawnError::Transport(std::io::Error::other(other)),
-            })
+                Err(AcceptError::Deadline { .. }) => Err(SpawnError::Handshake(
+                    crate::LostReason::HandshakeTimeout,
+                )),
+                Err(other) => Err(SpawnError::Transport(std::io::Error::other(other))),
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use airlock_protocol::transport::{FrameReceiver, FrameSender};
 use airlock_protocol::{
     AbortReason, BeginCallError, CallId, CloseReason, Event, HostSession, Outcome, Transmit,
-    TransportError, WorkerInfo,
+    TransportError,
 };
 use bytes::Bytes;
 use rand_core::{OsRng, UnwrapErr};
@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
-use crate::{CallError, ExitInfo, LostReason, SpawnError};
+use crate::{CallError, ExitInfo, LostReason, SpawnError, WorkerInfo};
 
 /// Frames read ahead of the session per worker. With the decoder's own buffer, a worker can make
 /// the host hold at most `READ_AHEAD + 1` frames (each at most `max_frame`) at once.
@@ -300,6 +300,7 @@ impl Supervisor {
             hello,
             token,
             mut stderr,
+            mut confinement,
         } = launched;
         let mut config = self.settings.protocol.clone();
         if let Some(token) = token {
@@ -342,11 +343,24 @@ impl Supervisor {
             while let Some(event) = session.poll_event() {
                 match event {
                     Event::Ready(info) => {
+                        // The worker installs its own filter before its Hello: check it now,
+                        // before the first call is sent.
+                        if let Err(err) = crate::confinement::verify_worker_filter(
+                            &mut confinement,
+                            self.settings.confinement.require_worker_filter,
+                        ) {
+                            tracing::warn!(target: "airlock::confinement", worker = %self.settings.label, "{err}");
+                            if let Some(ready) = ready.take() {
+                                let _ = ready.send(Err(SpawnError::Confinement(err)));
+                            }
+                            session.abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
+                            continue;
+                        }
                         if let Some(raise) = raise_tx.take() {
                             let _ = raise.send(self.settings.protocol.frame_limit());
                         }
                         if let Some(ready) = ready.take() {
-                            let _ = ready.send(Ok(info));
+                            let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
                         }
                         while let Some(call) = self.waiting.pop_front() {
                             link.begin(&mut session, call, &mut self.rng);
@@ -616,6 +630,9 @@ fn lost_reason(reason: &CloseReason, exit: Option<ExitInfo>) -> LostReason {
         CloseReason::Aborted(AbortReason::UndecodableResponse) => LostReason::UndecodableResponse,
         CloseReason::Aborted(AbortReason::ProcessExited) => exited(),
         CloseReason::Aborted(AbortReason::HostShutdown) => LostReason::Shutdown,
+        CloseReason::Aborted(AbortReason::ConfinementNotVerified) => {
+            LostReason::ConfinementNotVerified
+        }
         CloseReason::Aborted(_) => LostReason::TransportFailed,
         _ => LostReason::TransportFailed,
     }

@@ -146,3 +146,116 @@ fn move_channel_to_3(fd: RawFd) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The kernel's Landlock ABI version, 0 if it has none (`landlock_create_ruleset` with the
+/// version flag).
+pub(crate) fn landlock_abi_version() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the version flag the call reads and
+    // writes no memory; it returns the ABI version or an error.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(rc).unwrap_or(0).max(0)
+}
+
+/// `clone(flags | SIGCHLD)` with no new stack: like `fork`, returns 0 in the child and the
+/// child's pid in the parent. Only called in a child between fork and `exec`, which has a
+/// single thread.
+pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno> {
+    // SAFETY: the raw clone syscall with a null stack duplicates the calling (single)
+    // thread like fork(): the child resumes here on a copy-on-write copy of this stack. No
+    // atfork handler runs, and the child only makes system calls on memory prepared before
+    // the first fork, so nothing it touches can be mid-update. The pointer arguments are null
+    // (no tid or tls writes).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if rc < 0 {
+        Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+        ))
+    } else {
+        Ok(rc as i32)
+    }
+}
+
+/// Removes capability number `cap` from the bounding set (`PR_CAPBSET_DROP`).
+pub(crate) fn drop_bounding_capability(cap: u32) -> Result<(), rustix::io::Errno> {
+    // SAFETY: a plain prctl on integers; it touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+        ))
+    }
+}
+
+/// Ends this process at once with `code`, running nothing registered (no atexit handler, no
+/// stdio flush): what a forked child that must not return into its parent's code does.
+pub(crate) fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` is async-signal-safe and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// Closes every descriptor of this process but `keep` (-1: none). Between fork and `exec`.
+pub(crate) fn close_all_but(keep: RawFd) {
+    let close = |first: u32, last: u32| {
+        if first <= last {
+            // SAFETY: a plain system call on integers; closing descriptors this child owns.
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        }
+    };
+    if keep < 0 {
+        close(0, u32::MAX);
+    } else {
+        let keep = keep as u32;
+        if keep > 0 {
+            close(0, keep - 1);
+        }
+        close(keep + 1, u32::MAX);
+    }
+}
+
+/// Ends this process by `signal` (its default action), as the process it mirrors ended; if
+/// the signal does not end it, exits with 128 + signal.
+pub(crate) fn die_by_signal(signal: i32) -> ! {
+    // SAFETY: plain system calls on integers: restore the default action, unblock, raise.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), signal);
+    }
+    exit_now(128 + signal)
+}
+
+/// Registers `step` to run in the child between fork and `exec`, after `prepare_child`'s.
+/// Callers guarantee what `pre_exec` requires: `step` only makes system calls on memory it
+/// owns, prepared before the fork (see `confinement::child`).
+pub(crate) fn run_before_exec<F>(command: &mut Command, step: F)
+where
+    F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+{
+    // SAFETY: `step` is the confinement child's body: system calls and plain memory writes
+    // into the plan it owns (a copy in the child), no allocation, no lock (see the caller).
+    unsafe {
+        command.pre_exec(step);
+    }
+}

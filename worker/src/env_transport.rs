@@ -17,6 +17,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
             .await
             .map_err(ServeError::Transport)?;
         let token = airlock_transport_socket::token_from_env();
+        confine_if_requested()?;
         return worker.serve_with_token(transport, token).await;
     }
     #[cfg(feature = "pipe")]
@@ -24,6 +25,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
         let config = airlock_transport_pipe::StreamConfig::default();
         let transport =
             airlock_transport_pipe::take_worker_stdio(config).map_err(ServeError::Transport)?;
+        confine_if_requested()?;
         worker.serve_with_token(transport, None).await
     }
     #[cfg(not(feature = "pipe"))]
@@ -33,4 +35,14 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
             "the pipe transport is not compiled in and no socket was given",
         ))
     }
+}
+
+/// Installs the worker's own seccomp allowlist if the host asked for it: after the channel is
+/// open (a named socket needs `connect`), before the `Hello`.
+#[allow(dead_code)]
+fn confine_if_requested() -> Result<(), ServeError> {
+    if crate::confine::requested() {
+        crate::confine::install_allowlist().map_err(ServeError::Confine)?;
+    }
+    Ok(())
 }

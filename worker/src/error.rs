@@ -51,6 +51,10 @@ pub enum ServeError {
     /// The process could not make itself non-dumpable (see [`Worker::serve`](crate::Worker::serve)).
     #[error("could not make the worker process non-dumpable: {0}")]
     Undumpable(#[source] std::io::Error),
+    /// The host asked the worker to install its seccomp allowlist, and it could not
+    /// (see [`confine`](crate::confine)).
+    #[error("could not install the worker's seccomp allowlist: {0}")]
+    Confine(#[source] crate::confine::ConfineError),
     /// The connection failed while serving.
     #[error("connection failed: {0}")]
     Connection(#[from] airlock_protocol::TransportError),

@@ -34,13 +34,17 @@
 //! The `Method` types are shared with the host, which calls them with
 //! `host.call::<Greet>(&"ada".to_string())` (see `airlock-host`).
 //!
-//! Seam for OS confinement: a worker binary can confine itself (rlimits, seccomp, Landlock)
-//! after the transport is taken and before [`Worker::serve`] reads the first frame.
+//! Confinement: the host confines every worker before `exec` (namespaces, Landlock, a seccomp
+//! denylist, rlimits). When the host asks (it does by default), [`Worker::serve`] adds the
+//! innermost layer itself once its channel is open and before its `Hello`: a seccomp
+//! allowlist with no `execve`, no `fork` and no new sockets (see [`confine`]).
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod builtin;
+#[cfg(target_os = "linux")]
+pub mod confine;
 mod env_transport;
 mod error;
 mod handler;

@@ -39,6 +39,9 @@ pub enum AbortReason {
     ProcessExited,
     /// The host is going away.
     HostShutdown,
+    /// The host found, from outside, that the worker does not run under the confinement it
+    /// asked for.
+    ConfinementNotVerified,
 }
 
 impl core::fmt::Display for CloseReason {

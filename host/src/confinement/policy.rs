@@ -1,0 +1,213 @@
+//! The policy a caller asks for: which layers, which paths, which limits.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default address-space limit (`RLIMIT_AS`): 4 GiB. Address space, not resident memory: a
+/// tokio worker reserves far more than it touches (thread stacks, malloc arenas), so the limit
+/// sits well above any honest worker's footprint and well below what would hurt the machine.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
+
+/// Default process and thread limit (`RLIMIT_NPROC`, counted in the worker's own user
+/// namespace): 256. Threads count, and a worker's blocking pool may grow to a few dozen.
+pub const DEFAULT_MAX_PROCESSES: u64 = 256;
+
+/// Default open-descriptor limit (`RLIMIT_NOFILE`): 1024, the usual soft limit.
+pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
+
+/// Default largest file the worker may write (`RLIMIT_FSIZE`): 1 GiB.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 1 << 30;
+
+/// Default size of the worker's private `/tmp` (a tmpfs, counted against the machine's
+/// memory): 64 MiB.
+pub const DEFAULT_TMP_SIZE: u64 = 64 << 20;
+
+/// How much confinement a worker gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfinementMode {
+    /// Every layer; a kernel that lacks one makes the spawn fail with
+    /// [`ConfinementError::Unsupported`](crate::ConfinementError::Unsupported).
+    Strict,
+    /// Every layer the kernel offers; what is missing is reported in
+    /// [`ConfinementReport::missing`](crate::ConfinementReport::missing) and logged at WARN.
+    BestEffort,
+    /// No OS confinement: the worker reaches whatever its host's user can.
+    None,
+}
+
+/// The OS confinement a host puts its workers under. [`Confinement::strict`] is the default.
+///
+/// ```
+/// use airlock_host::Confinement;
+/// use std::time::Duration;
+///
+/// let policy = Confinement::strict()
+///     .read_only("/usr/share/dict")
+///     .read_write("/var/tmp/job-42")
+///     .memory_limit(512 << 20)
+///     .cpu_time(Duration::from_secs(60))
+///     .max_processes(32)
+///     .max_open_files(64);
+/// assert_eq!(policy.mode(), airlock_host::ConfinementMode::Strict);
+/// ```
+///
+/// Under [`strict`](Self::strict) the worker sees a root of its own: the system's `/usr` (and
+/// `/bin`, `/lib`, `/lib64`, `/sbin` where they are not links into it), `/etc/ld.so.cache`,
+/// its own program, `/dev/{null,zero,full,random,urandom}`, its own `/proc` (its own
+/// processes only), an empty private `/tmp`, and the paths this policy grants; nothing else,
+/// and nothing of it writable but `/tmp` and [`read_write`](Self::read_write) paths. It has no
+/// network interface, no capability, cannot gain privileges, cannot see, signal or trace any
+/// process outside its own namespace, and dies with its host.
+///
+/// When the host runs as root the worker runs as `nobody` (uid and gid 65534) as seen from
+/// outside its namespace, so the paths it is granted must be readable (and for
+/// [`read_write`](Self::read_write), writable) by that user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confinement {
+    pub(crate) mode: ConfinementMode,
+    pub(crate) read_only: Vec<PathBuf>,
+    pub(crate) read_write: Vec<PathBuf>,
+    pub(crate) memory_limit: Option<u64>,
+    pub(crate) cpu_time: Option<Duration>,
+    pub(crate) max_processes: Option<u64>,
+    pub(crate) max_open_files: Option<u64>,
+    pub(crate) max_file_size: Option<u64>,
+    pub(crate) tmp_size: u64,
+    pub(crate) require_worker_filter: bool,
+}
+
+impl Default for Confinement {
+    /// [`Confinement::strict`].
+    fn default() -> Self {
+        Self::strict()
+    }
+}
+
+impl Confinement {
+    /// Every layer, with the default limits: [`DEFAULT_MEMORY_LIMIT`],
+    /// [`DEFAULT_MAX_PROCESSES`], [`DEFAULT_MAX_OPEN_FILES`], [`DEFAULT_MAX_FILE_SIZE`], no
+    /// CPU-time limit (a long-lived worker accumulates CPU time; each call has its deadline),
+    /// no core dumps. Spawning fails if the kernel lacks a layer.
+    pub fn strict() -> Self {
+        Self {
+            mode: ConfinementMode::Strict,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            memory_limit: Some(DEFAULT_MEMORY_LIMIT),
+            cpu_time: None,
+            max_processes: Some(DEFAULT_MAX_PROCESSES),
+            max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
+            max_file_size: Some(DEFAULT_MAX_FILE_SIZE),
+            tmp_size: DEFAULT_TMP_SIZE,
+            require_worker_filter: false,
+        }
+    }
+
+    /// No OS confinement at all. The worker can read its host's files, connect to the network,
+    /// signal and trace its host and its siblings. The host logs this at WARN once per host.
+    /// Channel checks still hold: a reply reaches only the call it matches.
+    pub fn none() -> Self {
+        Self {
+            mode: ConfinementMode::None,
+            memory_limit: None,
+            max_processes: None,
+            max_open_files: None,
+            max_file_size: None,
+            ..Self::strict()
+        }
+    }
+
+    /// Starts the worker with every layer the kernel offers instead of refusing; what is
+    /// missing is listed in [`ConfinementReport::missing`](crate::ConfinementReport::missing)
+    /// and logged at WARN. Has no effect on [`none`](Self::none).
+    #[must_use]
+    pub fn best_effort(mut self) -> Self {
+        if self.mode == ConfinementMode::Strict {
+            self.mode = ConfinementMode::BestEffort;
+        }
+        self
+    }
+
+    /// Makes `path` (a file or a directory tree) visible to the worker at the same path,
+    /// read-only (and executable). The path must exist when the worker is spawned.
+    #[must_use]
+    pub fn read_only(mut self, path: impl Into<PathBuf>) -> Self {
+        self.read_only.push(path.into());
+        self
+    }
+
+    /// Makes `path` (a file or a directory tree) visible to the worker at the same path,
+    /// readable and writable. The path must exist when the worker is spawned.
+    #[must_use]
+    pub fn read_write(mut self, path: impl Into<PathBuf>) -> Self {
+        self.read_write.push(path.into());
+        self
+    }
+
+    /// The worker's address-space limit in bytes (`RLIMIT_AS`); an allocation past it fails,
+    /// which kills a Rust worker. Default [`DEFAULT_MEMORY_LIMIT`]; must not be 0.
+    #[must_use]
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The worker's CPU-time limit over its whole life (`RLIMIT_CPU`, whole seconds, rounded
+    /// up); past it the kernel kills it. Default: none. Must not be zero.
+    #[must_use]
+    pub fn cpu_time(mut self, limit: Duration) -> Self {
+        self.cpu_time = Some(limit);
+        self
+    }
+
+    /// How many processes and threads the worker may have at once (`RLIMIT_NPROC`, counted in
+    /// its own user namespace). Default [`DEFAULT_MAX_PROCESSES`]; must not be 0.
+    #[must_use]
+    pub fn max_processes(mut self, processes: u64) -> Self {
+        self.max_processes = Some(processes);
+        self
+    }
+
+    /// How many descriptors the worker may hold open (`RLIMIT_NOFILE`). Default
+    /// [`DEFAULT_MAX_OPEN_FILES`]; must be at least 16 (a runtime needs a few).
+    #[must_use]
+    pub fn max_open_files(mut self, files: u64) -> Self {
+        self.max_open_files = Some(files);
+        self
+    }
+
+    /// The largest file the worker may write, in bytes (`RLIMIT_FSIZE`). Default
+    /// [`DEFAULT_MAX_FILE_SIZE`].
+    #[must_use]
+    pub fn max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = Some(bytes);
+        self
+    }
+
+    /// The size of the worker's private `/tmp` in bytes. Default [`DEFAULT_TMP_SIZE`].
+    #[must_use]
+    pub fn tmp_size(mut self, bytes: u64) -> Self {
+        self.tmp_size = bytes;
+        self
+    }
+
+    /// Refuses a worker that does not install its own seccomp allowlist before its `Hello`
+    /// (every worker built on `airlock-worker` does; one written in another language does not).
+    /// Off by default, so that any program from PROTOCOL.md runs confined by the host's layers.
+    #[must_use]
+    pub fn require_worker_filter(mut self) -> Self {
+        self.require_worker_filter = true;
+        self
+    }
+
+    /// Which mode this policy is in.
+    pub fn mode(&self) -> ConfinementMode {
+        self.mode
+    }
+
+    /// True unless this is [`none`](Self::none).
+    pub(crate) fn is_confined(&self) -> bool {
+        self.mode != ConfinementMode::None
+    }
+}

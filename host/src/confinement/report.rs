@@ -1,0 +1,55 @@
+//! What confinement a worker actually runs under, as verified from outside.
+
+use super::{ConfinementMode, Feature};
+
+/// What confinement a worker runs under: what the host applied and then read back from
+/// `/proc/<pid>` before the worker's first call. Part of
+/// [`WorkerInfo`](crate::WorkerInfo).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConfinementReport {
+    /// The mode asked for.
+    pub mode: ConfinementMode,
+    /// The worker's pid as the host sees it (in the worker's own PID namespace it is 1).
+    pub pid: u32,
+    /// Its uid as the host sees it (65534 when the host is root and confinement is on).
+    pub uid: u32,
+    /// It runs in user, PID, mount, network, IPC and UTS namespaces of its own (checked
+    /// against the host's namespace links).
+    pub namespaces: bool,
+    /// The Landlock ABI version of the ruleset applied, if any.
+    pub landlock_abi: Option<i32>,
+    /// seccomp filters installed on the worker (`Seccomp_filters`), the host's included.
+    pub seccomp_filters: u32,
+    /// The worker installed its own allowlist on top of the host's filters.
+    pub worker_filter: bool,
+    /// `NoNewPrivs` is set.
+    pub no_new_privs: bool,
+    /// Its effective, permitted and bounding capability sets are empty.
+    pub no_capabilities: bool,
+    /// Resource limits applied (`RLIMIT_AS`, `RLIMIT_NPROC`, ...).
+    pub rlimits: bool,
+    /// A cgroup holds the worker. Not used yet: the rlimits stand in for it.
+    pub cgroup: bool,
+    /// What [`best_effort`](crate::Confinement::best_effort) had to leave out.
+    pub missing: Vec<Feature>,
+}
+
+impl ConfinementReport {
+    pub(crate) fn unconfined(pid: u32, uid: u32) -> Self {
+        Self {
+            mode: ConfinementMode::None,
+            pid,
+            uid,
+            namespaces: false,
+            landlock_abi: None,
+            seccomp_filters: 0,
+            worker_filter: false,
+            no_new_privs: false,
+            no_capabilities: false,
+            rlimits: false,
+            cgroup: false,
+            missing: Vec::new(),
+        }
+    }
+}

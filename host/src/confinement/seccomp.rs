@@ -1,0 +1,134 @@
+//! The host's seccomp denylist: system calls no worker program gets, whatever its language.
+//!
+//! A denylist, not an allowlist, because it must let any program start (an interpreter's
+//! start-up touches a long tail of calls). It lists what reaches outside the sandbox or into
+//! the kernel's riskiest surfaces: tracing and reading other processes (`ptrace`,
+//! `process_vm_readv/writev`, `pidfd_getfd`), leaving or rebuilding the sandbox (`unshare`,
+//! `setns`, `clone` with a namespace flag, every mount call, `chroot`), kernel attack surface
+//! (`bpf`, `perf_event_open`, `userfaultfd`, io_uring, keyrings, `kexec`, modules), and
+//! machine-wide state (clock, swap, reboot, accounting, quotas). Each gets `EPERM`. `clone3`
+//! gets `ENOSYS` in a filter of its own: its flags live in memory a filter cannot read, and
+//! glibc falls back to `clone`, whose flags the first filter checks.
+//!
+//! Installed last before `exec`, after every step that needs a listed call (the mounts).
+//! The worker library later adds its own allowlist on top (`airlock_worker::confine`).
+
+use std::collections::BTreeMap;
+
+use airlock_worker::confine::{compile, ConfineError};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule,
+};
+
+use super::error::{ConfinementError, Feature};
+
+/// Number of filters [`denylist`] returns: the host's share of `Seccomp_filters`.
+pub(crate) const HOST_FILTERS: u32 = 2;
+
+const DENIED: &[i64] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
+    libc::SYS_userfaultfd,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+    libc::SYS_syslog,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_vhangup,
+    libc::SYS_personality,
+];
+
+/// Namespace flags `clone` must not carry.
+const NAMESPACE_FLAGS: [i32; 7] = [
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// Terminal requests that inject input into, or take over, a terminal.
+const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+
+fn unsupported(err: ConfineError) -> ConfinementError {
+    ConfinementError::Unsupported {
+        feature: Feature::Seccomp,
+        detail: err.to_string(),
+    }
+}
+
+fn condition(index: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, ConfinementError> {
+    let cond = SeccompCondition::new(index, len, op, value).map_err(|e| {
+        unsupported(ConfineError::Compile(e.to_string()))
+    })?;
+    SeccompRule::new(vec![cond]).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+}
+
+/// The host's filters, in the order the child installs them.
+pub(crate) fn denylist() -> Result<Vec<BpfProgram>, ConfinementError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
+    rules.insert(
+        libc::SYS_clone,
+        NAMESPACE_FLAGS
+            .iter()
+            .map(|flag| {
+                condition(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(*flag as u64), *flag as u64)
+            })
+            .collect::<Result<_, _>>()?,
+    );
+    rules.insert(
+        libc::SYS_ioctl,
+        DENIED_IOCTLS
+            .iter()
+            .map(|request| condition(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *request))
+            .collect::<Result<_, _>>()?,
+    );
+    let deny = compile(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32))
+        .map_err(unsupported)?;
+    let clone3 = compile(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+    )
+    .map_err(unsupported)?;
+    Ok(vec![deny, clone3])
+}

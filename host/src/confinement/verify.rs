@@ -1,0 +1,155 @@
+//! The host's check, from outside, that a worker runs under what was asked: it reads
+//! `/proc/<pid>/status` and the namespace links itself and never takes the worker's word.
+//!
+//! Checked before the first call: `Uid`/`Gid` (never 0 when confined; the identity the host
+//! mapped), `NoNewPrivs: 1`, `Seccomp: 2` with at least the host's filters, empty `CapEff`,
+//! `CapPrm` (and `CapBnd` in namespaces), `PPid` (the keeper, so the pid names the process the
+//! keeper created), and every namespace link different from the host's. After the `Hello`,
+//! whether the worker added its own allowlist (`Seccomp_filters` above the host's).
+
+use super::error::ConfinementError;
+use super::namespaces::CHECKED_NAMESPACES;
+use super::report::ConfinementReport;
+
+/// The fields of `/proc/<pid>/status` the checks read.
+#[derive(Debug, Default)]
+struct Status {
+    ppid: Option<u32>,
+    uids: Vec<u32>,
+    gids: Vec<u32>,
+    no_new_privs: Option<u32>,
+    seccomp: Option<u32>,
+    seccomp_filters: Option<u32>,
+    cap_eff: Option<u64>,
+    cap_prm: Option<u64>,
+    cap_bnd: Option<u64>,
+}
+
+fn read_status(pid: u32) -> Result<Status, ConfinementError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| {
+        ConfinementError::Verification {
+            check: "/proc/<pid>/status",
+            expected: "readable".into(),
+            found: e.to_string(),
+        }
+    })?;
+    let mut status = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        let number = || value.parse::<u32>().ok();
+        let hex = || u64::from_str_radix(value, 16).ok();
+        let list = || {
+            value
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect::<Vec<u32>>()
+        };
+        match key {
+            "PPid" => status.ppid = number(),
+            "Uid" => status.uids = list(),
+            "Gid" => status.gids = list(),
+            "NoNewPrivs" => status.no_new_privs = number(),
+            "Seccomp" => status.seccomp = number(),
+            "Seccomp_filters" => status.seccomp_filters = number(),
+            "CapEff" => status.cap_eff = hex(),
+            "CapPrm" => status.cap_prm = hex(),
+            "CapBnd" => status.cap_bnd = hex(),
+            _ => {}
+        }
+    }
+    Ok(status)
+}
+
+fn mismatch(check: &'static str, expected: impl ToString, found: impl std::fmt::Debug) -> ConfinementError {
+    ConfinementError::Verification {
+        check,
+        expected: expected.to_string(),
+        found: format!("{found:?}"),
+    }
+}
+
+/// Checks the worker `pid` (child of `keeper`, or the host's own child when `keeper` is
+/// `None`) against `expected`, and returns what was found.
+pub(crate) fn verify_spawned(
+    pid: u32,
+    keeper: Option<u32>,
+    expected: &ConfinementReport,
+) -> Result<ConfinementReport, ConfinementError> {
+    let status = read_status(pid)?;
+    if let Some(keeper) = keeper {
+        if status.ppid != Some(keeper) {
+            return Err(mismatch("PPid", keeper, status.ppid));
+        }
+    }
+    if status.uids.len() != 4 || status.uids.iter().any(|u| *u != expected.uid || *u == 0) {
+        return Err(mismatch("Uid", expected.uid, &status.uids));
+    }
+    if status.gids.first() == Some(&0) {
+        return Err(mismatch("Gid", "not 0", &status.gids));
+    }
+    if status.no_new_privs != Some(1) {
+        return Err(mismatch("NoNewPrivs", 1, status.no_new_privs));
+    }
+    if expected.seccomp_filters > 0
+        && (status.seccomp != Some(2) || status.seccomp_filters.unwrap_or(0) < expected.seccomp_filters)
+    {
+        return Err(mismatch(
+            "Seccomp_filters",
+            format!("mode 2, at least {}", expected.seccomp_filters),
+            (status.seccomp, status.seccomp_filters),
+        ));
+    }
+    if status.cap_eff != Some(0) || status.cap_prm != Some(0) {
+        return Err(mismatch("CapEff/CapPrm", "0", (status.cap_eff, status.cap_prm)));
+    }
+    if expected.namespaces {
+        if status.cap_bnd != Some(0) {
+            return Err(mismatch("CapBnd", "0", status.cap_bnd));
+        }
+        for ns in CHECKED_NAMESPACES {
+            let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"));
+            let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}"));
+            match (ours, theirs) {
+                (Ok(ours), Ok(theirs)) if ours != theirs => {}
+                (ours, theirs) => {
+                    return Err(ConfinementError::Verification {
+                        check: "namespace",
+                        expected: format!("a {ns} namespace other than the host's ({ours:?})"),
+                        found: format!("{theirs:?}"),
+                    })
+                }
+            }
+        }
+    }
+    Ok(ConfinementReport {
+        pid,
+        seccomp_filters: status.seccomp_filters.unwrap_or(0),
+        ..expected.clone()
+    })
+}
+
+/// After the worker's `Hello`: records whether it installed its own allowlist, and refuses
+/// it if the policy requires one and it did not.
+pub(crate) fn verify_worker_filter(
+    report: &mut ConfinementReport,
+    required: bool,
+) -> Result<(), ConfinementError> {
+    if report.mode == super::ConfinementMode::None {
+        return Ok(());
+    }
+    let status = read_status(report.pid)?;
+    let filters = status.seccomp_filters.unwrap_or(0);
+    report.seccomp_filters = filters;
+    report.worker_filter = filters > super::seccomp::HOST_FILTERS;
+    if required && !report.worker_filter {
+        return Err(mismatch(
+            "Seccomp_filters",
+            format!("more than the host's {} (the worker's own allowlist)", super::seccomp::HOST_FILTERS),
+            filters,
+        ));
+    }
+    Ok(())
+}
