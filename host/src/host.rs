@@ -338,6 +338,16 @@ impl Host {
         self.shared.counters.in_flight.load(Ordering::Relaxed)
     }
 
+    /// The pid of the current worker process as this host sees it (inside its own PID
+    /// namespace a confined worker is pid 1), `None` in-process or before the first spawn.
+    /// It changes when the supervisor replaces the worker.
+    pub fn worker_pid(&self) -> Option<u32> {
+        match self.shared.counters.worker_pid.load(Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
     /// False once the host is shut down or its restart budget is exhausted.
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Relaxed)

@@ -21,6 +21,10 @@ use crate::confinement::{
 };
 use crate::SpawnError;
 
+/// How long a worker whose confinement could not be read back is given to turn out to have
+/// exited already (then its exit, not the check, is the story).
+const EXITED_AT_ONCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A started worker process, before its handshake.
 pub(crate) struct Spawned {
     /// The host's child: the worker itself, or (in namespaces) its keeper.
@@ -128,6 +132,21 @@ impl Channel {
         }
     }
 
+    /// Lets a worker running as `uid` connect (a named socket is `0600`, its directory `0700`:
+    /// a worker under another uid reaches the socket only through its own root, and needs it
+    /// to be its own to connect).
+    #[allow(unused_variables)]
+    fn admit(&self, uid: u32) -> Result<(), SpawnError> {
+        match self {
+            #[cfg(feature = "socket")]
+            Channel::Named(listener) if uid != rustix::process::geteuid().as_raw() => {
+                rustix::fs::chown(listener.name(), Some(rustix::fs::Uid::from_raw(uid)), None)
+                    .map_err(|e| SpawnError::Transport(e.into()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Wires the channel into `command`; returns the descriptor to move to fd 3, if any.
     fn wire(&self, command: &mut Command) -> Option<std::os::fd::RawFd> {
         match self {
@@ -221,6 +240,9 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         Some((plan, prepared)) => (Some(plan), Some(prepared)),
         None => (None, None),
     };
+    if let Some(prepared) = &prepared {
+        channel.admit(prepared.expected.uid)?;
+    }
     let mut command = base_command(settings, prepared.as_ref());
     let channel_fd = channel.wire(&mut command);
     crate::sys::prepare_child(&mut command, channel_fd);
@@ -237,9 +259,17 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         Some(prepared) => match verified(&child, prepared) {
             Ok(found) => found,
             Err(err) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                return Err(SpawnError::Confinement(err));
+                // A worker that exited at once cannot be read back, and cannot run anything
+                // either (its PID namespace died with it): let the supervisor report its exit
+                // and its stderr instead of a failed check.
+                if tokio::time::timeout(EXITED_AT_ONCE, child.wait()).await.is_ok() {
+                    let pid = child.id().unwrap_or(0);
+                    (pid, None, prepared.expected.clone())
+                } else {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return Err(SpawnError::Confinement(err));
+                }
             }
         },
         None => {

@@ -62,6 +62,8 @@ pub(crate) struct Counters {
     pub(crate) in_flight: AtomicU64,
     pub(crate) stderr_dropped: Arc<AtomicU64>,
     pub(crate) violations: Mutex<BTreeMap<ViolationCode, u64>>,
+    /// The current worker's pid as the host sees it (0: none running).
+    pub(crate) worker_pid: std::sync::atomic::AtomicU32,
 }
 
 impl Counters {

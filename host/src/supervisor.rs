@@ -132,7 +132,12 @@ impl Supervisor {
                 .launch(&self.settings, &self.counters.stderr_dropped)
                 .await
             {
-                Ok(launched) => self.drive(launched, &mut ready).await,
+                Ok(launched) => {
+                    if let WorkerProcess::Child { pid, .. } = &launched.process {
+                        self.counters.worker_pid.store(*pid, Ordering::Relaxed);
+                    }
+                    self.drive(launched, &mut ready).await
+                }
                 Err(err) => {
                     tracing::warn!(target: "airlock::host", worker = %self.settings.label, "launch failed: {err}");
                     if let Some(ready) = ready.take() {

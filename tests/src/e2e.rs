@@ -131,3 +131,26 @@ impl Drop for ScratchDir {
         }
     }
 }
+
+/// The pid, as this host sees it, of the worker that answers a `Pid` call now: the call
+/// proves that worker is up and serving, and the host says which process it is (a confined
+/// worker is pid 1 in its own PID namespace, so its own answer names nothing out here).
+pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::CallError> {
+    host.call::<airlock_worker::builtin::Pid>(&())
+        .await
+        .map(|_| host.worker_pid().unwrap_or(0))
+}
+
+/// A host for the `rogue-worker`, unconfined. The rogue's suites test the channel checks,
+/// which must hold whatever the OS lets the worker do; the rogue reports its evidence in files
+/// at host paths and by the pid it sees, which a confined worker can neither write nor know.
+/// What confinement adds is tested by `tests/confinement.rs` with the attack worker.
+pub fn rogue_host() -> airlock_host::HostBuilder {
+    airlock_host::Host::builder(rogue_bin()).confinement(airlock_host::Confinement::none())
+}
+
+/// The `attack-worker` binary of this crate, which tries one sandbox escape per call.
+pub fn attack_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-tests", "attack-worker", &CELL)
+}

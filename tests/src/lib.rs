@@ -4,6 +4,7 @@
 //! transports and real processes. The `airlock-test-peer` binary (`src/bin/`) plays the worker
 //! and the hostile local processes in those tests.
 
+pub mod attack;
 pub mod capture;
 pub mod e2e;
 pub mod support;

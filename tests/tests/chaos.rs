@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Host, LostReason, Pool, RestartPolicy, TransportChoice};
+use airlock_host::{CallError, LostReason, Pool, RestartPolicy, TransportChoice};
 use airlock_protocol::Method;
-use airlock_tests::e2e::{rogue_bin, stat_fields, ScratchDir};
+use airlock_tests::e2e::{rogue_host, call_pid, stat_fields, ScratchDir};
 use airlock_tests::support::STRIKES_AT_A_CALL;
-use airlock_worker::builtin::{Echo, Pid};
+use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
 /// The `misbehave` method of `rogue-worker chaos`: the request names the scenario.
@@ -159,7 +159,7 @@ async fn chaos(calls: usize, transport: TransportChoice) {
     let pids_file = dir.join("pids");
 
     // Warm up the runtime's own descriptors (signal pipe for child reaping) before counting.
-    let warm = Host::builder(rogue_bin())
+    let warm = rogue_host()
         .transport(transport)
         .arg("honest")
         .spawn()
@@ -170,7 +170,7 @@ async fn chaos(calls: usize, transport: TransportChoice) {
     reset_hwm();
 
     let pool = Pool::builder(
-        Host::builder(rogue_bin())
+        rogue_host()
             .transport(transport)
             .arg("chaos")
             .env("ROGUE_PIDS", &pids_file)
@@ -326,7 +326,7 @@ async fn control(pool: Pool, mut rng: Rng, done: Arc<AtomicBool>) -> Control {
         let host = pool.hosts()[rng.below(WORKERS as u64) as usize].clone();
         if rng.below(4) == 0 {
             // SIGKILL the worker, found by asking it its pid.
-            let outcome = host.call::<Pid>(&()).await;
+            let outcome = call_pid(&host).await;
             control.pid.add(&outcome);
             if let Ok(pid) = outcome {
                 if is_my_child(pid) {

@@ -11,8 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_host::Host;
-use airlock_tests::e2e::{process_alive, rogue_bin, stat_fields, worker_bin, ScratchDir};
-use airlock_worker::builtin::Pid;
+use airlock_tests::e2e::{rogue_host, call_pid, process_alive, stat_fields, worker_bin, ScratchDir};
 
 /// Set (to a scratch directory) in the re-executed host process.
 const HOST_ROLE: &str = "AIRLOCK_TEST_HOST_ROLE";
@@ -34,9 +33,15 @@ fn host_process_role() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let worker = Host::builder(worker_bin()).spawn().await.unwrap();
-        let worker_pid = worker.call::<Pid>(&()).await.unwrap();
-        let _rogue = Host::builder(rogue_bin())
+        // Unconfined: the workers must be this host's own children for the test to find them
+        // (a confined worker's parent is its keeper, which dies with the host the same way).
+        let worker = Host::builder(worker_bin())
+            .confinement(airlock_host::Confinement::none())
+            .spawn()
+            .await
+            .unwrap();
+        let worker_pid = call_pid(&worker).await.unwrap();
+        let _rogue = rogue_host()
             .arg("never_read")
             .env("ROGUE_PIDS", &pids_file)
             .spawn()

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_bin, worker_bin, ScratchDir};
-use airlock_worker::builtin::{Echo, Fail, Pid, Sleep, Sum};
+use airlock_tests::e2e::{rogue_host, call_pid, worker_bin, ScratchDir};
+use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
 fn rogue(scenario: &str) -> airlock_host::HostBuilder {
-    Host::builder(rogue_bin())
+    rogue_host()
         .arg(scenario)
         .restart_policy(RestartPolicy {
             max_restarts: 3,
@@ -312,7 +312,7 @@ async fn invariant_08_errors_cross_as_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_09_only_the_spawned_child_connects() {
     let scratch = ScratchDir::new("inv9");
-    let host = Host::builder(rogue_bin())
+    let host = rogue_host()
         .transport(airlock_host::TransportChoice::SocketNamed)
         .arg("impostor_first")
         .env("ROGUE_MARK", scratch.join("mark"))
@@ -358,7 +358,7 @@ async fn invariant_09_only_the_spawned_child_connects() {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(host.call::<Pid>(&()).await, Ok(spawned));
+    assert_eq!(call_pid(&host).await, Ok(spawned));
     assert_eq!(
         host.call::<Echo>(&payload("after")).await,
         Ok(payload("after"))

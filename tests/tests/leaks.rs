@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host};
-use airlock_tests::e2e::worker_bin;
-use airlock_worker::builtin::{Pid, Sleep};
+use airlock_tests::e2e::{call_pid, worker_bin};
+use airlock_worker::builtin::Sleep;
 
 /// This process's children, in any state (zombies included).
 fn children() -> Vec<u32> {
@@ -48,7 +48,7 @@ async fn no_zombie_or_descriptor_is_left_after_200_spawn_kill_cycles() {
     let mut kills = 0;
     for i in 0..KILL_CYCLES + GRACEFUL_CYCLES {
         let host = Host::builder(worker_bin()).spawn().await.unwrap();
-        let pid = host.call::<Pid>(&()).await.unwrap();
+        let pid = call_pid(&host).await.unwrap();
         // Every third cycle is graceful; the others kill.
         if i % 3 != 2 {
             // The call reaches the worker and outlives its deadline: the host SIGKILLs the

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, HostConfig, Method};
-use airlock_tests::e2e::{process_alive, rogue_bin, soon, worker_bin, ScratchDir};
+use airlock_tests::e2e::{rogue_host, call_pid, process_alive, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
-    Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Pid, Print, Sleep, StderrFlood, Sum,
+    Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };
 use serde_bytes::ByteBuf;
 
@@ -49,7 +49,7 @@ async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
     ] {
         let scratch = ScratchDir::new("lifecycle");
         let marker = scratch.join("exit-once");
-        let host = Host::builder(rogue_bin())
+        let host = rogue_host()
             .transport(transport)
             .arg("exit_mid_call")
             .env("ROGUE_ONCE", &marker)
@@ -119,13 +119,13 @@ macro_rules! lifecycle_tests {
                 .spawn()
                 .await
                 .unwrap();
-            let first = host.call::<Pid>(&()).await.unwrap();
+            let first = call_pid(&host).await.unwrap();
             assert_eq!(
                 host.call_with_deadline::<Sleep>(&60_000, soon(200)).await,
                 Err(CallError::Timeout)
             );
             assert!(!process_alive(first), "the hung worker {first} still runs");
-            let second = host.call::<Pid>(&()).await.unwrap();
+            let second = call_pid(&host).await.unwrap();
             assert_ne!(first, second, "the hung worker was reused");
             assert_eq!(host.stats().restarts, 1);
             host.shutdown().await;
@@ -141,7 +141,7 @@ macro_rules! lifecycle_tests {
             };
             let host = worker().restart_policy(policy).spawn().await.unwrap();
             let mut pids = HashSet::new();
-            pids.insert(host.call::<Pid>(&()).await.unwrap());
+            pids.insert(call_pid(&host).await.unwrap());
             for restart in 1..=policy.max_restarts {
                 // The worker cannot be lost before this deadline, so the backoff starts after it.
                 let deadline = soon(50);
@@ -150,7 +150,7 @@ macro_rules! lifecycle_tests {
                     Err(CallError::Timeout)
                 );
                 // Sent during the backoff, this call waits for the replacement worker.
-                pids.insert(host.call::<Pid>(&()).await.unwrap());
+                pids.insert(call_pid(&host).await.unwrap());
                 let waited = deadline.elapsed();
                 let backoff = backoff_before_restart(&policy, restart);
                 assert!(
@@ -190,7 +190,7 @@ macro_rules! lifecycle_tests {
                 .spawn()
                 .await
                 .unwrap();
-            let pid = host.call::<Pid>(&()).await.unwrap();
+            let pid = call_pid(&host).await.unwrap();
             // A deadline well short of the sleep: a call that missed the kill and reached the
             // replacement ends in `Timeout`, not a hang.
             let call = {
@@ -216,7 +216,7 @@ macro_rules! lifecycle_tests {
                 }
                 other => panic!("expected WorkerLost(Exited), got {other:?}"),
             }
-            let fresh = host.call::<Pid>(&()).await.unwrap();
+            let fresh = call_pid(&host).await.unwrap();
             assert_ne!(fresh, pid, "the dead worker was reused");
             let stats = host.stats();
             assert_eq!(stats.restarts, 1);
@@ -231,7 +231,7 @@ macro_rules! lifecycle_tests {
                 .spawn()
                 .await
                 .unwrap();
-            let pid = host.call::<Pid>(&()).await.unwrap();
+            let pid = call_pid(&host).await.unwrap();
             let slow: Vec<_> = (0..2)
                 .map(|_| {
                     let host = host.clone();
@@ -256,7 +256,7 @@ macro_rules! lifecycle_tests {
                 assert_eq!(call.await.unwrap(), Ok(1_500));
             }
             // The refusal cost the worker nothing, and a slot is free again.
-            assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+            assert_eq!(call_pid(&host).await, Ok(pid));
             let stats = host.stats();
             assert_eq!(stats.calls_failed.refused, 1);
             assert_eq!(stats.calls_ok, 4);
@@ -267,13 +267,13 @@ macro_rules! lifecycle_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn dropping_a_call_cancels_it_without_killing_the_worker() {
             let host = worker().spawn().await.unwrap();
-            let pid = host.call::<Pid>(&()).await.unwrap();
+            let pid = call_pid(&host).await.unwrap();
             let dropped =
                 tokio::time::timeout(Duration::from_millis(100), host.call::<Sleep>(&60_000)).await;
             assert!(dropped.is_err(), "the sleep should still have been running");
             assert_eq!(host.call::<Sum>(&vec![1, 1]).await, Ok(2));
             assert_eq!(
-                host.call::<Pid>(&()).await,
+                call_pid(&host).await,
                 Ok(pid),
                 "the worker was replaced"
             );
@@ -286,7 +286,7 @@ macro_rules! lifecycle_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn panic_is_reported_as_data_and_the_worker_keeps_serving() {
             let host = worker().spawn().await.unwrap();
-            let pid = host.call::<Pid>(&()).await.unwrap();
+            let pid = call_pid(&host).await.unwrap();
             match host.call::<Panic>(&"kaboom".into()).await {
                 Err(CallError::Remote(err)) => {
                     assert_eq!(err.kind(), ErrorKind::Panic);
@@ -294,7 +294,7 @@ macro_rules! lifecycle_tests {
                 }
                 other => panic!("expected a panic report, got {other:?}"),
             }
-            assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+            assert_eq!(call_pid(&host).await, Ok(pid));
             match host.call::<Fail>(&"no such thing".into()).await {
                 Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::Handler),
                 other => panic!("expected a handler error, got {other:?}"),

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{HostConfig, ViolationCode};
-use airlock_tests::e2e::{process_alive, rogue_bin, worker_bin, ScratchDir};
-use airlock_worker::builtin::{Echo, Pid, Sleep};
+use airlock_tests::e2e::{rogue_host, call_pid, process_alive, worker_bin, ScratchDir};
+use airlock_worker::builtin::{Echo, Sleep};
 use serde_bytes::ByteBuf;
 
 fn no_restarts() -> RestartPolicy {
@@ -48,7 +48,7 @@ fn a_worker_survives_the_exit_of_the_runtime_thread_that_forked_it() {
             .spawn()
             .await
             .unwrap();
-        let pid = host.call::<Pid>(&()).await.unwrap();
+        let pid = call_pid(&host).await.unwrap();
         // An unrelated task uses block_in_place: its worker thread (the one that ran the
         // supervisor and forked the worker) hands its core over and later exits.
         tokio::spawn(async {
@@ -61,7 +61,7 @@ fn a_worker_survives_the_exit_of_the_runtime_thread_that_forked_it() {
             process_alive(pid),
             "the healthy worker {pid} was killed when a runtime thread exited"
         );
-        assert_eq!(host.call::<Pid>(&()).await, Ok(pid));
+        assert_eq!(call_pid(&host).await, Ok(pid));
         host.shutdown().await;
     });
 }
@@ -192,7 +192,7 @@ async fn residual_a_descendant_that_leaves_the_process_group_dies_with_the_worke
 /// lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_briefly_busy_honest_worker_is_not_killed_by_a_burst_of_calls() {
-    let host = Host::builder(rogue_bin())
+    let host = rogue_host()
         .arg("honest")
         .call_timeout(Duration::from_secs(20))
         .spawn()
@@ -274,7 +274,7 @@ async fn worker_stderr_cannot_forge_log_lines_with_unicode_separators() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn harness_sanity() {
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
-    assert!(host.call::<Pid>(&()).await.is_ok());
+    assert!(call_pid(&host).await.is_ok());
     assert!(matches!(
         host.call_with_deadline::<Sleep>(&0, Instant::now() + Duration::from_secs(5))
             .await,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use airlock_codec::Limits;
 use airlock_host::{CallError, Host, RestartPolicy};
 use airlock_protocol::HostConfig;
-use airlock_tests::e2e::worker_bin;
-use airlock_worker::builtin::{fnv1a, Digest, Echo, Fail, Pid, Sleep};
+use airlock_tests::e2e::{call_pid, worker_bin};
+use airlock_worker::builtin::{fnv1a, Digest, Echo, Fail, Sleep};
 use serde_bytes::ByteBuf;
 
 /// worker/src/serve.rs reader task + the `raise` oneshot (9799efb / 67e1548 "worker keeps
@@ -45,7 +45,7 @@ async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
         host.call::<Digest>(&ByteBuf::from(payload.clone())).await,
         Ok(fnv1a(&payload))
     );
-    let first = host.call::<Pid>(&()).await.unwrap();
+    let first = call_pid(&host).await.unwrap();
     // Make the worker miss a deadline: it is killed and a new one starts after the backoff.
     let missed = host
         .call_with_deadline::<Sleep>(&5_000, Instant::now() + Duration::from_millis(50))
@@ -53,7 +53,7 @@ async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
     assert_eq!(missed, Err(CallError::Timeout));
     // This call waits for the new worker and is sent right behind its Welcome.
     let digest = host.call::<Digest>(&ByteBuf::from(payload.clone())).await;
-    let second = host.call::<Pid>(&()).await;
+    let second = call_pid(&host).await;
     assert_ne!(Ok(first), second, "the worker was replaced");
     assert_eq!(
         digest,
@@ -78,7 +78,7 @@ async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
-    let pid = host.call::<Pid>(&()).await.unwrap();
+    let pid = call_pid(&host).await.unwrap();
     let bystander = {
         let host = host.clone();
         tokio::spawn(async move { host.call::<Sleep>(&1_500).await })
@@ -106,7 +106,7 @@ async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
         "an unrelated call was lost because an honest response exceeded the host's decode limits"
     );
     assert_eq!(
-        host.call::<Pid>(&()).await,
+        call_pid(&host).await,
         Ok(pid),
         "the honest worker was killed"
     );

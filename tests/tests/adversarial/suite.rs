@@ -17,7 +17,7 @@ use airlock_protocol::{
     decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{process_alive, rogue_bin, session_of, soon, ScratchDir};
+use airlock_tests::e2e::{rogue_host, process_alive, rogue_bin, session_of, soon, ScratchDir};
 use airlock_tests::support::{PeakAlloc, STRIKES_AT_A_CALL, SURVIVABLE};
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
@@ -78,7 +78,7 @@ impl Scene {
 
     /// A host for `rogue-worker SCENARIO`: the first worker strikes, replacements are honest.
     fn builder(&self, scenario: &str) -> HostBuilder {
-        Host::builder(rogue_bin())
+        rogue_host()
             .transport(TRANSPORT)
             .arg(scenario)
             .env("ROGUE_ONCE", self.path("once"))
@@ -1640,7 +1640,7 @@ async fn never_read() {
 async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     let scene = Scene::new("pool");
     let pool = Pool::builder(
-        Host::builder(rogue_bin())
+        rogue_host()
             .transport(TRANSPORT)
             .arg("chaos")
             .env("ROGUE_PIDS", scene.path("pids"))

@@ -1,0 +1,247 @@
+//! `attack-worker [--no-self-filter]`: an airlock worker whose one method, `attack`, tries one
+//! escape from its sandbox per call and reports what happened: `Ok(evidence)` when the attempt
+//! worked, a handler error with the OS error when it was refused. The confinement suite calls
+//! it under `Confinement::none()` (every attempt must work: the attack is live) and under the
+//! default (every attempt must fail).
+//!
+//! With `--no-self-filter` it does not install the worker library's own seccomp allowlist, so
+//! only the layers the host applies to any program stand in the way.
+
+#![allow(unsafe_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use airlock_tests::attack::{Attack, NO_SELF_FILTER};
+use airlock_worker::{HandlerError, Worker};
+
+fn refused(what: &str, err: impl std::fmt::Display) -> HandlerError {
+    HandlerError::new(format!("{what}: {err}"))
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn number(arg: &str) -> Result<i64, HandlerError> {
+    arg.parse().map_err(|_| HandlerError::new(format!("not a number: {arg}")))
+}
+
+fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
+    match name {
+        "read" => std::fs::read_to_string(arg).map_err(|e| refused("read", e)),
+        "write" => std::fs::write(arg, b"written by the worker")
+            .map(|()| "written".into())
+            .map_err(|e| refused("write", e)),
+        "tcp" => std::net::TcpStream::connect(arg)
+            .map(|_| "connected".into())
+            .map_err(|e| refused("tcp", e)),
+        "unix" => std::os::unix::net::UnixStream::connect(arg)
+            .map(|_| "connected".into())
+            .map_err(|e| refused("unix", e)),
+        "abstract" => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(arg.as_bytes())
+                .map_err(|e| refused("abstract", e))?;
+            std::os::unix::net::UnixStream::connect_addr(&addr)
+                .map(|_| "connected".into())
+                .map_err(|e| refused("abstract", e))
+        }
+        "kill" => {
+            // SAFETY: signal 0 delivers nothing.
+            let rc = unsafe { libc::kill(number(arg)? as i32, 0) };
+            if rc == 0 { Ok("signalled".into()) } else { Err(refused("kill", errno())) }
+        }
+        "ptrace" => {
+            let pid = number(arg)? as i32;
+            // SAFETY: PTRACE_SEIZE takes no memory; detached again at once.
+            let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) };
+            if rc != 0 {
+                return Err(refused("ptrace", errno()));
+            }
+            // SAFETY: as above.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
+            Ok("attached".into())
+        }
+        "vm_readv" => {
+            let (pid, addr) = arg.split_once(':').ok_or_else(|| HandlerError::new("pid:addr"))?;
+            let mut buf = [0u8; 8];
+            let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            let remote = libc::iovec { iov_base: number(addr)? as usize as *mut libc::c_void, iov_len: 8 };
+            // SAFETY: reads into our own 8-byte buffer.
+            let n = unsafe { libc::process_vm_readv(number(pid)? as i32, &local, 1, &remote, 1, 0) };
+            if n == 8 { Ok(format!("{:02x?}", buf)) } else { Err(refused("process_vm_readv", errno())) }
+        }
+        "proc_mem" => {
+            let (pid, addr) = arg.split_once(':').ok_or_else(|| HandlerError::new("pid:addr"))?;
+            let file = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| refused("open mem", e))?;
+            let mut buf = [0u8; 8];
+            file.read_exact_at(&mut buf, number(addr)? as u64).map_err(|e| refused("read mem", e))?;
+            Ok(format!("{:02x?}", buf))
+        }
+        "pidfd_getfd" => {
+            let pid = number(arg)? as i32;
+            // SAFETY: plain system calls on integers.
+            let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if pidfd < 0 {
+                return Err(refused("pidfd_open", errno()));
+            }
+            // SAFETY: as above; fd 0 of the target.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) };
+            if fd < 0 { Err(refused("pidfd_getfd", errno())) } else { Ok(format!("got fd {fd}")) }
+        }
+        "exec" => std::process::Command::new(arg)
+            .output()
+            .map(|o| format!("ran: {}", o.status))
+            .map_err(|e| refused("exec", e)),
+        "userfaultfd" => {
+            // SAFETY: a plain system call; the descriptor is leaked, the process is a test's.
+            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, 0) };
+            if fd < 0 { Err(refused("userfaultfd", errno())) } else { Ok("userfaultfd".into()) }
+        }
+        "unshare_user" => {
+            // A new user namespace needs a single-threaded caller: a forked child tries.
+            // SAFETY: the child makes one system call and exits with its result.
+            match unsafe { libc::fork() } {
+                0 => unsafe {
+                    let rc = libc::unshare(libc::CLONE_NEWUSER);
+                    libc::_exit(if rc == 0 { 0 } else { *libc::__errno_location() })
+                },
+                -1 => Err(refused("fork", errno())),
+                pid => {
+                    let mut status = 0;
+                    // SAFETY: reaping our own child into a local.
+                    unsafe { libc::waitpid(pid, &mut status, 0) };
+                    match libc::WEXITSTATUS(status) {
+                        0 => Ok("unshared".into()),
+                        code => Err(refused("unshare", std::io::Error::from_raw_os_error(code))),
+                    }
+                }
+            }
+        }
+        "fork_many" => fork_many(number(arg)? as usize),
+        "alloc" => {
+            // Infallible on purpose: past the memory limit the process aborts, as a
+            // runaway worker would.
+            let block = vec![1u8; number(arg)? as usize];
+            Ok(format!("allocated {} (last byte {})", block.len(), block.last().copied().unwrap_or(0)))
+        }
+        "steal_sibling" => steal_sibling(number(arg)? as i32),
+        other => Err(HandlerError::new(format!("unknown attack {other}"))),
+    }
+}
+
+/// Forks `n` children at once, each sleeping a second; answers how many started.
+fn fork_many(n: usize) -> Result<String, HandlerError> {
+    let mut started = 0;
+    let mut last_error = None;
+    let mut children = Vec::new();
+    for _ in 0..n {
+        // SAFETY: the child only sleeps and exits with async-signal-safe calls.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::sleep(1);
+                libc::_exit(0)
+            },
+            -1 => last_error = Some(errno()),
+            pid => {
+                started += 1;
+                children.push(pid);
+            }
+        }
+    }
+    for pid in children {
+        // SAFETY: reaping our own children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    match last_error {
+        None => Ok(format!("forked {started}")),
+        Some(err) => Err(refused(&format!("forked {started} of {n}"), err)),
+    }
+}
+
+/// Through `/proc/<host>/fd`, reads calls off the pipes the host writes to a sibling worker
+/// and answers each `echo` with a forged `Return` into the pipe the host reads the sibling's
+/// answers from. Runs for up to 10 s or until one forgery was written.
+fn steal_sibling(host: i32) -> Result<String, HandlerError> {
+    use airlock_protocol::frame::{encode_frame, Frame, Return};
+    use airlock_protocol::{decode_frame, FrameDecoder};
+    // Every pipe of our own (the channel is not on fds 0 and 1 any more) is left alone.
+    let own: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let fd_dir = format!("/proc/{host}/fd");
+    let entries = std::fs::read_dir(&fd_dir).map_err(|e| refused("list host fds", e))?;
+    let mut readers = Vec::new();
+    let mut writers = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        let target = target.display().to_string();
+        if !target.starts_with("pipe:") || own.contains(&target) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let flags = std::fs::read_to_string(format!("/proc/{host}/fdinfo/{name}")).unwrap_or_default();
+        let write_end = flags.lines().any(|l| l.starts_with("flags:") && l.trim().ends_with('1'));
+        let path = entry.path();
+        if write_end {
+            // The host writes calls here: open the same pipe for reading.
+            use std::os::unix::fs::OpenOptionsExt;
+            if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+                readers.push(f);
+            }
+        } else if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+            writers.push(f);
+        }
+    }
+    if readers.is_empty() || writers.is_empty() {
+        return Err(HandlerError::new(format!("no sibling pipes ({} readers, {} writers)", readers.len(), writers.len())));
+    }
+    let mut decoders: Vec<FrameDecoder> = readers.iter().map(|_| FrameDecoder::new(1 << 20)).collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    let forged = airlock_codec::to_vec(&serde_bytes::ByteBuf::from(b"forged".to_vec())).unwrap_or_default();
+    while Instant::now() < until {
+        for (reader, decoder) in readers.iter_mut().zip(decoders.iter_mut()) {
+            let mut chunk = [0u8; 4096];
+            if let Ok(n) = reader.read(&mut chunk) {
+                decoder.extend(&chunk[..n]);
+            }
+            while let Ok(Some(raw)) = decoder.next_frame() {
+                if let Ok(Frame::Call(call)) = decode_frame(&raw) {
+                    if call.method == "echo" {
+                        let reply = encode_frame(&Frame::Return(Return { id: call.id, method: call.method, body: &forged }));
+                        for writer in &mut writers {
+                            let _ = writer.write_all(&reply);
+                        }
+                        return Ok("forged".into());
+                    }
+                }
+            }
+        }
+        std::thread::yield_now();
+    }
+    Err(HandlerError::new("no sibling call seen"))
+}
+
+fn main() -> std::process::ExitCode {
+    if std::env::args().any(|a| a == NO_SELF_FILTER) {
+        std::env::remove_var(airlock_worker::confine::CONFINE_ENV);
+    }
+    let worker = Worker::new()
+        .identity("attack-worker", "0")
+        .blocking_method::<Attack, _>(|(name, arg): (String, String)| attack(&name, &arg))
+        .blocking_method::<airlock_worker::builtin::Echo, _>(|payload| Ok(payload));
+    match worker.serve_blocking() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("attack-worker: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Invariant 11: a worker runs under the confinement the host asked for and cannot reach its
+//! host, its siblings or anything the policy did not grant.
+//!
+//! Each test first shows its attack is live, run by a real worker under
+//! `Confinement::none()`, then that the same attempt fails under the default
+//! (`Confinement::strict()`). Tests that pass `NO_SELF_FILTER` show what the host's layers
+//! alone refuse, as for a worker written in another language.
+
+use std::time::Duration;
+
+use airlock_host::{CallError, Confinement, ConfinementMode, Host, LostReason, Pool};
+use airlock_tests::attack::{Attack, NO_SELF_FILTER};
+use airlock_tests::e2e::{attack_bin, ScratchDir};
+use airlock_worker::builtin::Echo;
+use serde_bytes::ByteBuf;
+
+/// Something in the host's memory for the worker to try to read.
+static CANARY: u64 = 0x5ec2_e7ca_4a21_0001;
+
+fn canary_address() -> usize {
+    std::ptr::addr_of!(CANARY) as usize
+}
+
+fn host_pid() -> String {
+    std::process::id().to_string()
+}
+
+async fn attempt(
+    policy: Confinement,
+    self_filter: bool,
+    name: &str,
+    arg: &str,
+) -> Result<String, CallError> {
+    let mut builder = Host::builder(attack_bin()).confinement(policy);
+    if !self_filter {
+        builder = builder.arg(NO_SELF_FILTER);
+    }
+    let host = builder.spawn().await.expect("the attack worker starts");
+    let outcome = host
+        .call_with_deadline::<Attack>(
+            &(name.to_string(), arg.to_string()),
+            std::time::Instant::now() + Duration::from_secs(20),
+        )
+        .await;
+    host.shutdown().await;
+    outcome
+}
+
+/// The attack works unconfined, and fails under `strict` (with or without the worker's own
+/// filter, as `self_filter` says).
+async fn live_then_refused(strict: Confinement, self_filter: bool, name: &str, arg: &str) {
+    let live = attempt(Confinement::none(), true, name, arg).await;
+    assert!(
+        live.is_ok(),
+        "the attack {name}({arg}) must work unconfined, or this test proves nothing: {live:?}"
+    );
+    let refused = attempt(strict, self_filter, name, arg).await;
+    assert!(
+        matches!(refused, Err(CallError::Remote(_))),
+        "{name}({arg}) must be refused under the default confinement, got {refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0600_file_of_the_hosts_user_outside_the_grants_cannot_be_read() {
+    let dir = ScratchDir::new("confinement-secret");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "the host's secret").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let path = secret.display().to_string();
+    assert_eq!(
+        attempt(Confinement::none(), true, "read", &path).await,
+        Ok("the host's secret".to_string())
+    );
+    live_then_refused(Confinement::strict(), false, "read", &path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etc_passwd_is_not_visible() {
+    live_then_refused(Confinement::strict(), false, "read", "/etc/passwd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writing_outside_a_read_write_path_fails_and_inside_works() {
+    let dir = ScratchDir::new("confinement-rw");
+    let open = dir.join("open");
+    let closed = dir.join("closed");
+    for d in [&open, &closed] {
+        std::fs::create_dir(d).unwrap();
+        // A root host's worker runs as nobody: the granted directory must be writable by it.
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let target = closed.join("file").display().to_string();
+    live_then_refused(
+        Confinement::strict().read_write(&open),
+        false,
+        "write",
+        &target,
+    )
+    .await;
+    let inside = open.join("file");
+    assert_eq!(
+        attempt(
+            Confinement::strict().read_write(&open),
+            true,
+            "write",
+            &inside.display().to_string()
+        )
+        .await,
+        Ok("written".to_string())
+    );
+    assert_eq!(
+        std::fs::read_to_string(&inside).unwrap(),
+        "written by the worker"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_connect_to_a_listener_on_loopback_fails() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    live_then_refused(Confinement::strict(), false, "tcp", &addr).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_and_abstract_socket_connects_fail() {
+    let dir = ScratchDir::new("confinement-unix");
+    let path = dir.join("listener.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    live_then_refused(Confinement::strict(), false, "unix", &path.display().to_string()).await;
+
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("airlock-test-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _abstract = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    live_then_refused(Confinement::strict(), false, "abstract", &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_cannot_be_signalled_traced_or_read() {
+    let pid = host_pid();
+    let at = format!("{pid}:{}", canary_address());
+    live_then_refused(Confinement::strict(), false, "kill", &pid).await;
+    live_then_refused(Confinement::strict(), false, "ptrace", &pid).await;
+    live_then_refused(Confinement::strict(), false, "vm_readv", &at).await;
+    live_then_refused(Confinement::strict(), false, "proc_mem", &at).await;
+    live_then_refused(
+        Confinement::strict(),
+        false,
+        "read",
+        &format!("/proc/{pid}/environ"),
+    )
+    .await;
+    live_then_refused(Confinement::strict(), false, "pidfd_getfd", &pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dangerous_calls_are_refused_by_the_hosts_own_filter() {
+    live_then_refused(Confinement::strict(), false, "userfaultfd", "").await;
+    // Without the worker's own filter (which refuses the fork first): the host's denylist
+    // refuses `unshare` in the forked child.
+    live_then_refused(Confinement::strict(), false, "unshare_user", "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execve_is_refused_by_the_workers_own_filter() {
+    live_then_refused(Confinement::strict(), true, "exec", "/bin/true").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_forks_meet_the_process_limit() {
+    let live = attempt(Confinement::none(), true, "fork_many", "64").await;
+    assert_eq!(live, Ok("forked 64".to_string()));
+    let limited = attempt(
+        Confinement::strict().max_processes(16),
+        false,
+        "fork_many",
+        "64",
+    )
+    .await;
+    match limited {
+        Err(CallError::Remote(err)) => assert!(
+            err.message().contains("of 64"),
+            "some forks must fail: {err:?}"
+        ),
+        other => panic!("64 forks under a limit of 16 must not all succeed: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_bomb_kills_only_the_worker_and_the_replacement_answers() {
+    let bomb_size = (512u64 << 20).to_string();
+    assert!(attempt(Confinement::none(), true, "alloc", &bomb_size).await.is_ok());
+    let host = Host::builder(attack_bin())
+        .confinement(Confinement::strict().memory_limit(128 << 20))
+        .spawn()
+        .await
+        .unwrap();
+    let bomb = host
+        .call::<Attack>(&("alloc".to_string(), bomb_size.clone()))
+        .await;
+    assert!(
+        matches!(bomb, Err(CallError::WorkerLost(LostReason::Exited(_)))),
+        "the bomb must kill the worker: {bomb:?}"
+    );
+    let echo = host.call::<Echo>(&ByteBuf::from(b"still here".to_vec())).await;
+    assert_eq!(echo.map(|b| b.into_vec()), Ok(b"still here".to_vec()));
+    assert_eq!(host.stats().restarts, 1);
+    host.shutdown().await;
+}
+
+/// The attack on a sibling: the thief reads calls meant for its sibling off the host's pipes
+/// through `/proc/<host>/fd` and answers them with a forged `Return`.
+async fn sibling_forgery(policy: Confinement) -> (usize, Result<String, CallError>) {
+    let pool = Pool::builder(Host::builder(attack_bin()).confinement(policy))
+        .size(2)
+        .spawn()
+        .await
+        .unwrap();
+    let thief = pool.hosts()[0].clone();
+    let victim = pool.hosts()[1].clone();
+    let steal = tokio::spawn(async move {
+        thief
+            .call::<Attack>(&("steal_sibling".to_string(), host_pid()))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut forged = 0;
+    for _ in 0..300 {
+        if let Ok(answer) = victim.call::<Echo>(&ByteBuf::from(b"hello".to_vec())).await {
+            if answer.as_slice() == b"forged" {
+                forged += 1;
+            }
+        }
+        if steal.is_finished() && forged > 0 {
+            break;
+        }
+    }
+    let stolen = steal.await.unwrap();
+    pool.shutdown().await;
+    (forged, stolen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_forge_its_siblings_answer() {
+    let (forged, stolen) = sibling_forgery(Confinement::none()).await;
+    assert!(
+        forged > 0 && stolen.is_ok(),
+        "unconfined, the forged answer must reach the caller, or this test proves nothing: \
+         {forged} forged, thief {stolen:?}"
+    );
+    let (forged, stolen) = sibling_forgery(Confinement::strict()).await;
+    assert_eq!(forged, 0, "a forged answer reached a caller under the default");
+    assert!(matches!(stolen, Err(CallError::Remote(_))), "{stolen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_reports_what_it_verified() {
+    let host = Host::builder(attack_bin()).spawn().await.unwrap();
+    let report = &host.worker_info().confinement;
+    assert_eq!(report.mode, ConfinementMode::Strict);
+    assert!(report.namespaces && report.no_new_privs && report.no_capabilities);
+    assert!(report.worker_filter, "the worker's own allowlist: {report:?}");
+    assert_eq!(Some(report.pid), host.worker_pid());
+    assert_ne!(report.uid, 0);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", report.pid)).unwrap();
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    host.shutdown().await;
+}
