@@ -33,6 +33,13 @@ async fn main() -> Result<(), Error> {
         "   worker {} {} serves {:?}",
         info.name, info.version, info.methods
     );
+    let c = &info.confinement;
+    println!(
+        "   confined ({:?}): pid {} uid {} own namespaces {}, Landlock ABI {:?}, seccomp filters {} \
+         (its own allowlist {}), no_new_privs {}, no capabilities {}",
+        c.mode, c.pid, c.uid, c.namespaces, c.landlock_abi, c.seccomp_filters, c.worker_filter,
+        c.no_new_privs, c.no_capabilities
+    );
     println!(
         "   sum([1, 2, 3, 4])        = {}",
         host.call::<Sum>(&vec![1, 2, 3, 4]).await?
@@ -56,14 +63,14 @@ async fn main() -> Result<(), Error> {
     }
 
     section("2. A panic in a handler comes back as data; the worker keeps serving");
-    let pid = host.call::<Pid>(&()).await?;
+    let pid = worker_pid(&host).await?;
     match host.call::<Panic>(&"something broke".into()).await {
         Err(CallError::Remote(err)) => println!("   panic(...)               -> {err}"),
         other => return Err(format!("unexpected: {other:?}").into()),
     }
     println!(
         "   same worker still serving: pid {} == {}",
-        host.call::<Pid>(&()).await?,
+        worker_pid(&host).await?,
         pid
     );
 
@@ -78,7 +85,7 @@ async fn main() -> Result<(), Error> {
     if result != Err(CallError::Timeout) {
         return Err(format!("expected Timeout, got {result:?}").into());
     }
-    let fresh = host.call::<Pid>(&()).await?;
+    let fresh = worker_pid(&host).await?;
     // The timeout is delivered only after the hung worker is reaped: its pid is gone already.
     if fresh == pid || std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Err(format!("worker {pid} was not replaced (fresh {fresh})").into());
@@ -107,7 +114,10 @@ async fn main() -> Result<(), Error> {
         ),
         ("frame_over_cap", "sends a 4 GiB length prefix"),
     ] {
+        // The rogue attacks the channel, which holds whatever the OS allows; the confinement
+        // demo (next) shows what the OS layers refuse.
         let host = Host::builder(&rogue)
+            .confinement(airlock_host::Confinement::none())
             .arg(scenario)
             .restart_policy(RestartPolicy {
                 max_restarts: 0,
@@ -153,4 +163,11 @@ async fn main() -> Result<(), Error> {
 
 fn section(title: &str) {
     println!("\n== {title}");
+}
+
+/// The serving worker's pid as this host sees it (a confined worker is pid 1 inside its own
+/// PID namespace): the `Pid` call proves it answers.
+async fn worker_pid(host: &Host) -> Result<u32, Box<dyn std::error::Error>> {
+    host.call::<Pid>(&()).await?;
+    host.worker_pid().ok_or_else(|| "no worker pid".into())
 }

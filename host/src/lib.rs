@@ -60,8 +60,8 @@ pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
 };
 pub use error::{CallError, ExitInfo, LostReason, SpawnError};
-pub use info::WorkerInfo;
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
+pub use info::WorkerInfo;
 pub use pool::{Pool, PoolBuilder};
 pub use stats::{FailureCounts, HostStats};

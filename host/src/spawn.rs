@@ -262,7 +262,10 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
                 // A worker that exited at once cannot be read back, and cannot run anything
                 // either (its PID namespace died with it): let the supervisor report its exit
                 // and its stderr instead of a failed check.
-                if tokio::time::timeout(EXITED_AT_ONCE, child.wait()).await.is_ok() {
+                if tokio::time::timeout(EXITED_AT_ONCE, child.wait())
+                    .await
+                    .is_ok()
+                {
                     let pid = child.id().unwrap_or(0);
                     (pid, None, prepared.expected.clone())
                 } else {
@@ -274,7 +277,11 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         },
         None => {
             let pid = child.id().unwrap_or(0);
-            (pid, None, ConfinementReport::unconfined(pid, rustix::process::geteuid().as_raw()))
+            (
+                pid,
+                None,
+                ConfinementReport::unconfined(pid, rustix::process::geteuid().as_raw()),
+            )
         }
     };
     let connected = match connect(settings, channel, &mut child, pid, report.uid).await {
@@ -419,9 +426,9 @@ async fn connect(
                     connected.token = Some(token);
                     Ok(connected)
                 }
-                Err(AcceptError::Deadline { .. }) => Err(SpawnError::Handshake(
-                    crate::LostReason::HandshakeTimeout,
-                )),
+                Err(AcceptError::Deadline { .. }) => {
+                    Err(SpawnError::Handshake(crate::LostReason::HandshakeTimeout))
+                }
                 Err(other) => Err(SpawnError::Transport(std::io::Error::other(other))),
             }
         }

@@ -358,7 +358,8 @@ impl Supervisor {
                             if let Some(ready) = ready.take() {
                                 let _ = ready.send(Err(SpawnError::Confinement(err)));
                             }
-                            session.abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
+                            session
+                                .abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
                             continue;
                         }
                         if let Some(raise) = raise_tx.take() {

@@ -185,7 +185,9 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
     };
     if rc < 0 {
         Err(rustix::io::Errno::from_raw_os_error(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
         ))
     } else {
         Ok(rc as i32)
@@ -200,7 +202,9 @@ pub(crate) fn drop_bounding_capability(cap: u32) -> Result<(), rustix::io::Errno
         Ok(())
     } else {
         Err(rustix::io::Errno::from_raw_os_error(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
         ))
     }
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, LostReason, Pool, RestartPolicy, TransportChoice};
 use airlock_protocol::Method;
-use airlock_tests::e2e::{rogue_host, call_pid, stat_fields, ScratchDir};
+use airlock_tests::e2e::{call_pid, rogue_host, stat_fields, ScratchDir};
 use airlock_tests::support::STRIKES_AT_A_CALL;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;

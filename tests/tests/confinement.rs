@@ -127,7 +127,13 @@ async fn unix_and_abstract_socket_connects_fail() {
     let dir = ScratchDir::new("confinement-unix");
     let path = dir.join("listener.sock");
     let _unix = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    live_then_refused(Confinement::strict(), false, "unix", &path.display().to_string()).await;
+    live_then_refused(
+        Confinement::strict(),
+        false,
+        "unix",
+        &path.display().to_string(),
+    )
+    .await;
 
     use std::os::linux::net::SocketAddrExt;
     let name = format!("airlock-test-{}", std::process::id());
@@ -190,7 +196,8 @@ async fn sixty_four_forks_meet_the_process_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_bomb_kills_only_the_worker_and_the_replacement_answers() {
     let bomb_size = (512u64 << 20).to_string();
-    assert!(attempt(Confinement::none(), true, "alloc", &bomb_size).await.is_ok());
+    let live = attempt(Confinement::none(), true, "alloc", &bomb_size).await;
+    assert!(live.is_ok(), "unconfined, the allocation works: {live:?}");
     let host = Host::builder(attack_bin())
         .confinement(Confinement::strict().memory_limit(128 << 20))
         .spawn()
@@ -203,7 +210,9 @@ async fn a_memory_bomb_kills_only_the_worker_and_the_replacement_answers() {
         matches!(bomb, Err(CallError::WorkerLost(LostReason::Exited(_)))),
         "the bomb must kill the worker: {bomb:?}"
     );
-    let echo = host.call::<Echo>(&ByteBuf::from(b"still here".to_vec())).await;
+    let echo = host
+        .call::<Echo>(&ByteBuf::from(b"still here".to_vec()))
+        .await;
     assert_eq!(echo.map(|b| b.into_vec()), Ok(b"still here".to_vec()));
     assert_eq!(host.stats().restarts, 1);
     host.shutdown().await;
@@ -219,9 +228,15 @@ async fn sibling_forgery(policy: Confinement) -> (usize, Result<String, CallErro
         .unwrap();
     let thief = pool.hosts()[0].clone();
     let victim = pool.hosts()[1].clone();
+    // Its pid as the host sees it: what a thief on this machine can find in /proc.
+    let target = format!(
+        "{}:{}",
+        std::process::id(),
+        victim.worker_pid().unwrap_or(0)
+    );
     let steal = tokio::spawn(async move {
         thief
-            .call::<Attack>(&("steal_sibling".to_string(), host_pid()))
+            .call::<Attack>(&("steal_sibling".to_string(), target))
             .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -250,7 +265,10 @@ async fn a_worker_cannot_forge_its_siblings_answer() {
          {forged} forged, thief {stolen:?}"
     );
     let (forged, stolen) = sibling_forgery(Confinement::strict()).await;
-    assert_eq!(forged, 0, "a forged answer reached a caller under the default");
+    assert_eq!(
+        forged, 0,
+        "a forged answer reached a caller under the default"
+    );
     assert!(matches!(stolen, Err(CallError::Remote(_))), "{stolen:?}");
 }
 
@@ -260,7 +278,10 @@ async fn the_host_reports_what_it_verified() {
     let report = &host.worker_info().confinement;
     assert_eq!(report.mode, ConfinementMode::Strict);
     assert!(report.namespaces && report.no_new_privs && report.no_capabilities);
-    assert!(report.worker_filter, "the worker's own allowlist: {report:?}");
+    assert!(
+        report.worker_filter,
+        "the worker's own allowlist: {report:?}"
+    );
     assert_eq!(Some(report.pid), host.worker_pid());
     assert_ne!(report.uid, 0);
     let status = std::fs::read_to_string(format!("/proc/{}/status", report.pid)).unwrap();

@@ -64,12 +64,7 @@ fn invariant_04_ids_stay_fresh_on_both_sides_of_a_fork() {
     // An honest rogue that logs every frame it receives (no `ROGUE_ONCE`: it "strikes" by
     // serving honestly, which is what turns its log on).
     let host = runtime
-        .block_on(
-            rogue_host()
-                .arg("honest")
-                .env("ROGUE_LOG", &log)
-                .spawn(),
-        )
+        .block_on(rogue_host().arg("honest").env("ROGUE_LOG", &log).spawn())
         .unwrap();
     assert!(echo(&runtime, &host, "before the fork"));
 

@@ -11,7 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_host::Host;
-use airlock_tests::e2e::{rogue_host, call_pid, process_alive, stat_fields, worker_bin, ScratchDir};
+use airlock_tests::e2e::{
+    call_pid, process_alive, rogue_host, stat_fields, worker_bin, ScratchDir,
+};
 
 /// Set (to a scratch directory) in the re-executed host process.
 const HOST_ROLE: &str = "AIRLOCK_TEST_HOST_ROLE";

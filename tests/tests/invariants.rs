@@ -7,19 +7,17 @@ use std::time::{Duration, Instant};
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_host, call_pid, worker_bin, ScratchDir};
+use airlock_tests::e2e::{call_pid, rogue_host, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
 fn rogue(scenario: &str) -> airlock_host::HostBuilder {
-    rogue_host()
-        .arg(scenario)
-        .restart_policy(RestartPolicy {
-            max_restarts: 3,
-            window: Duration::from_secs(60),
-            initial_backoff: Duration::from_millis(5),
-            max_backoff: Duration::from_millis(20),
-        })
+    rogue_host().arg(scenario).restart_policy(RestartPolicy {
+        max_restarts: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+    })
 }
 
 fn payload(text: &str) -> ByteBuf {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, HostConfig, Method};
-use airlock_tests::e2e::{rogue_host, call_pid, process_alive, soon, worker_bin, ScratchDir};
+use airlock_tests::e2e::{call_pid, process_alive, rogue_host, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };

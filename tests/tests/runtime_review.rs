@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{HostConfig, ViolationCode};
-use airlock_tests::e2e::{rogue_host, call_pid, process_alive, worker_bin, ScratchDir};
+use airlock_tests::e2e::{call_pid, process_alive, rogue_host, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Sleep};
 use serde_bytes::ByteBuf;
 
@@ -21,8 +21,10 @@ fn scratch(name: &str) -> ScratchDir {
 }
 
 /// A worker that is a shell script (it never says hello unless told to).
+/// Unconfined: these scripts leave evidence at host paths and name host-visible pids.
 fn sh_worker(script: &str) -> airlock_host::HostBuilder {
     Host::builder("/bin/sh")
+        .confinement(airlock_host::Confinement::none())
         .arg("-c")
         .arg(script)
         .env("PATH", "/usr/bin:/bin")

@@ -78,9 +78,24 @@ fn with_x32_guard(program: BpfProgram) -> BpfProgram {
     // Load the number (offset 0 of seccomp_data); x32 numbers are >= bit 30; else fall
     // through to the compiled program, which starts by loading the architecture itself.
     let guard = [
-        sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 },
-        sock_filter { code: BPF_JMP_JGE_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT },
-        sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: RET_EPERM },
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JMP_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: RET_EPERM,
+        },
     ];
     guard.into_iter().chain(program).collect()
 }
@@ -222,7 +237,10 @@ fn allowlist_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
         rules.insert(nr, Vec::new());
     }
     // Threads, never processes: `clone` only with CLONE_THREAD.
-    rules.insert(libc::SYS_clone, vec![arg_has(0, libc::CLONE_THREAD as u64)?]);
+    rules.insert(
+        libc::SYS_clone,
+        vec![arg_has(0, libc::CLONE_THREAD as u64)?],
+    );
     // Signals to threads (abort): the worker's PID namespace holds only its own process,
     // and `kill` is not on the list.
     rules.insert(libc::SYS_tgkill, Vec::new());
@@ -238,10 +256,17 @@ fn allowlist_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
     // Descriptor flags and queries only; TIOCSTI and friends are not on the list.
     rules.insert(
         libc::SYS_ioctl,
-        [libc::FIONBIO, libc::FIOCLEX, libc::FIONCLEX, libc::FIONREAD, libc::TCGETS, libc::TIOCGWINSZ]
-            .into_iter()
-            .map(|request| arg_eq(1, request as u64))
-            .collect::<Result<_, _>>()?,
+        [
+            libc::FIONBIO,
+            libc::FIOCLEX,
+            libc::FIONCLEX,
+            libc::FIONREAD,
+            libc::TCGETS,
+            libc::TIOCGWINSZ,
+        ]
+        .into_iter()
+        .map(|request| arg_eq(1, request as u64))
+        .collect::<Result<_, _>>()?,
     );
     // Lowering its own limits is harmless; `prlimit` on another process is not on the list.
     rules.insert(libc::SYS_prlimit64, vec![arg_eq(0, 0)?]);

@@ -3,7 +3,9 @@
 //! Part one builds the bundled `airlock-worker` and the tests' `rogue-worker`, then runs the
 //! host demo (`host/examples/demo.rs`): typed calls to a real spawned worker, a panic as data,
 //! a hung worker killed and replaced at its deadline, and hostile workers refused with their
-//! violation codes.
+//! violation codes. Then the confinement demo (`tests/examples/confinement_demo.rs`): a
+//! hostile worker reads a secret, connects out, signals and traces its host and forges its
+//! sibling's answer unconfined, and is refused each time under the default confinement.
 //!
 //! Part two shows the codec alone: a few honest replies decode, the classic hostile ones
 //! become typed errors. It fails if any hostile input is accepted, or is refused for a reason
@@ -65,6 +67,8 @@ fn host_demo() -> Result {
         "airlock-tests",
         "--bin",
         "rogue-worker",
+        "--bin",
+        "attack-worker",
     ]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
@@ -83,7 +87,20 @@ fn host_demo() -> Result {
         "--",
     ]);
     demo.arg(worker).arg(rogue);
-    run::run(&mut demo)
+    run::run(&mut demo)?;
+    println!();
+    let mut confinement = cargo([
+        "run",
+        "--quiet",
+        "--locked",
+        "-p",
+        "airlock-tests",
+        "--example",
+        "confinement_demo",
+        "--",
+    ]);
+    confinement.arg(bin_dir.join("attack-worker"));
+    run::run(&mut confinement)
 }
 
 fn codec_demo() -> Result {

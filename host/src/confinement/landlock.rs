@@ -60,7 +60,10 @@ fn rule_error(path: &Path, err: impl std::fmt::Display) -> ConfinementError {
 
 /// The ruleset for `grants`, or `None` if the kernel has no Landlock (only allowed when
 /// `required` is false).
-pub(crate) fn plan(grants: &[Grant], required: bool) -> Result<Option<LandlockPlan>, ConfinementError> {
+pub(crate) fn plan(
+    grants: &[Grant],
+    required: bool,
+) -> Result<Option<LandlockPlan>, ConfinementError> {
     let version = kernel_abi();
     if version < MIN_STRICT_ABI {
         if required {
@@ -119,7 +122,10 @@ impl LandlockPlan {
     /// In the child, after it entered its root: adds the rules for its own `/tmp`
     /// (read-write) and `/proc` (read-only) and restricts itself. Allocates nothing: the
     /// crate's rule and restrict calls are system calls on the ruleset descriptor.
-    pub(crate) fn restrict_self(&mut self, namespaced: bool) -> Result<(), (ConfinementStep, Errno)> {
+    pub(crate) fn restrict_self(
+        &mut self,
+        namespaced: bool,
+    ) -> Result<(), (ConfinementStep, Errno)> {
         let fail = |_| (ConfinementStep::Landlock, Errno::PERM);
         let Some(mut ruleset) = self.ruleset.take() else {
             return Err((ConfinementStep::Landlock, Errno::BADF));

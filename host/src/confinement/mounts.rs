@@ -31,7 +31,14 @@ const STAGE: &str = "/tmp";
 /// System trees a dynamically linked program needs. Each is bound read-only if it is a
 /// directory and recreated as the same symlink if it is one (merged-`/usr` systems).
 const SYSTEM_TREES: [&str; 8] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/etc/ld.so.cache",
 ];
 
 /// Device nodes every program may expect; bound from the host's `/dev`.
@@ -132,12 +139,11 @@ impl MountTable {
             let path = Path::new(tree);
             match std::fs::symlink_metadata(path) {
                 Ok(meta) if meta.file_type().is_symlink() => {
-                    let target = std::fs::read_link(path).map_err(|source| {
-                        ConfinementError::Path {
+                    let target =
+                        std::fs::read_link(path).map_err(|source| ConfinementError::Path {
                             path: path.to_path_buf(),
                             source,
-                        }
-                    })?;
+                        })?;
                     links.push((
                         cstring(target.as_os_str().as_bytes()).map_err(|_| invalid(path))?,
                         staged(path).map_err(|_| invalid(path))?,

@@ -50,13 +50,18 @@ pub(crate) struct Prepared {
 
 /// A path the worker program will be found at, without a search through `PATH` in the child
 /// (which would look in the worker's root, or in the host's before it exists).
-fn resolve_program(program: &Path, env: &[(OsString, OsString)]) -> Result<PathBuf, ConfinementError> {
+fn resolve_program(
+    program: &Path,
+    env: &[(OsString, OsString)],
+) -> Result<PathBuf, ConfinementError> {
     let not_found = |source| ConfinementError::Program {
         program: program.to_path_buf(),
         source,
     };
     if program.as_os_str().is_empty() {
-        return Err(not_found(std::io::Error::from(std::io::ErrorKind::NotFound)));
+        return Err(not_found(std::io::Error::from(
+            std::io::ErrorKind::NotFound,
+        )));
     }
     if program.components().count() > 1 || program.is_absolute() {
         return std::fs::canonicalize(program).map_err(not_found);
@@ -72,7 +77,9 @@ fn resolve_program(program: &Path, env: &[(OsString, OsString)]) -> Result<PathB
             return std::fs::canonicalize(&candidate).map_err(not_found);
         }
     }
-    Err(not_found(std::io::Error::from(std::io::ErrorKind::NotFound)))
+    Err(not_found(std::io::Error::from(
+        std::io::ErrorKind::NotFound,
+    )))
 }
 
 /// The inputs of a spawn that confinement depends on.
@@ -131,7 +138,11 @@ pub(crate) fn prepare(
     let limits = Limits::from_policy(policy)?;
     let mut missing = Vec::new();
     let landlock = super::landlock::plan(&landlock_grants(&grants, namespaces), strict)?;
-    if landlock.is_none() || landlock.as_ref().is_some_and(|l| l.version < super::landlock::MIN_STRICT_ABI) {
+    if landlock.is_none()
+        || landlock
+            .as_ref()
+            .is_some_and(|l| l.version < super::landlock::MIN_STRICT_ABI)
+    {
         missing.push(Feature::Landlock);
     }
     let seccomp = match super::seccomp::denylist() {
@@ -178,7 +189,11 @@ pub(crate) fn prepare(
         uid: identity.uid,
         namespaces,
         landlock_abi: landlock.as_ref().map(|l| l.version),
-        seccomp_filters: if seccomp.is_empty() { 0 } else { super::seccomp::HOST_FILTERS },
+        seccomp_filters: if seccomp.is_empty() {
+            0
+        } else {
+            super::seccomp::HOST_FILTERS
+        },
         worker_filter: false,
         no_new_privs: true,
         no_capabilities: true,
@@ -219,7 +234,16 @@ pub(crate) fn prepare(
 /// mount table, added here too).
 fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
     let mut all = grants.to_vec();
-    for tree in ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache"] {
+    for tree in [
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/libx32",
+        "/etc/ld.so.cache",
+    ] {
         let path = Path::new(tree);
         if let Ok(meta) = std::fs::metadata(path) {
             if let Ok(canonical) = std::fs::canonicalize(path) {
@@ -231,7 +255,13 @@ fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
             }
         }
     }
-    for device in ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"] {
+    for device in [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+    ] {
         all.push(Grant {
             path: PathBuf::from(device),
             writable: true,

@@ -22,18 +22,24 @@ pub(crate) struct Limits {
 impl Limits {
     /// The limits `policy` asks for, checked.
     pub(crate) fn from_policy(policy: &Confinement) -> Result<Self, ConfinementError> {
-        let check = |setting: &'static str, value: Option<u64>, min: u64, expected: &'static str| {
-            match value {
-                Some(v) if v < min => Err(ConfinementError::InvalidLimit {
-                    setting,
-                    value: v,
-                    expected,
-                }),
-                _ => Ok(value),
-            }
-        };
+        let check =
+            |setting: &'static str, value: Option<u64>, min: u64, expected: &'static str| {
+                match value {
+                    Some(v) if v < min => Err(ConfinementError::InvalidLimit {
+                        setting,
+                        value: v,
+                        expected,
+                    }),
+                    _ => Ok(value),
+                }
+            };
         let mut entries = vec![(Resource::Core, 0)];
-        if let Some(bytes) = check("memory_limit", policy.memory_limit, 1 << 20, "at least 1 MiB")? {
+        if let Some(bytes) = check(
+            "memory_limit",
+            policy.memory_limit,
+            1 << 20,
+            "at least 1 MiB",
+        )? {
             entries.push((Resource::As, bytes));
         }
         if let Some(cpu) = policy.cpu_time {

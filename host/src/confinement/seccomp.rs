@@ -95,10 +95,14 @@ fn unsupported(err: ConfineError) -> ConfinementError {
     }
 }
 
-fn condition(index: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, ConfinementError> {
-    let cond = SeccompCondition::new(index, len, op, value).map_err(|e| {
-        unsupported(ConfineError::Compile(e.to_string()))
-    })?;
+fn condition(
+    index: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompRule, ConfinementError> {
+    let cond = SeccompCondition::new(index, len, op, value)
+        .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))?;
     SeccompRule::new(vec![cond]).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
 }
 
@@ -111,7 +115,12 @@ pub(crate) fn denylist() -> Result<Vec<BpfProgram>, ConfinementError> {
         NAMESPACE_FLAGS
             .iter()
             .map(|flag| {
-                condition(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(*flag as u64), *flag as u64)
+                condition(
+                    0,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(*flag as u64),
+                    *flag as u64,
+                )
             })
             .collect::<Result<_, _>>()?,
     );
@@ -122,8 +131,12 @@ pub(crate) fn denylist() -> Result<Vec<BpfProgram>, ConfinementError> {
             .map(|request| condition(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *request))
             .collect::<Result<_, _>>()?,
     );
-    let deny = compile(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32))
-        .map_err(unsupported)?;
+    let deny = compile(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )
+    .map_err(unsupported)?;
     let clone3 = compile(
         [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
         SeccompAction::Allow,

@@ -63,7 +63,11 @@ fn read_status(pid: u32) -> Result<Status, ConfinementError> {
     Ok(status)
 }
 
-fn mismatch(check: &'static str, expected: impl ToString, found: impl std::fmt::Debug) -> ConfinementError {
+fn mismatch(
+    check: &'static str,
+    expected: impl ToString,
+    found: impl std::fmt::Debug,
+) -> ConfinementError {
     ConfinementError::Verification {
         check,
         expected: expected.to_string(),
@@ -94,7 +98,8 @@ pub(crate) fn verify_spawned(
         return Err(mismatch("NoNewPrivs", 1, status.no_new_privs));
     }
     if expected.seccomp_filters > 0
-        && (status.seccomp != Some(2) || status.seccomp_filters.unwrap_or(0) < expected.seccomp_filters)
+        && (status.seccomp != Some(2)
+            || status.seccomp_filters.unwrap_or(0) < expected.seccomp_filters)
     {
         return Err(mismatch(
             "Seccomp_filters",
@@ -103,7 +108,11 @@ pub(crate) fn verify_spawned(
         ));
     }
     if status.cap_eff != Some(0) || status.cap_prm != Some(0) {
-        return Err(mismatch("CapEff/CapPrm", "0", (status.cap_eff, status.cap_prm)));
+        return Err(mismatch(
+            "CapEff/CapPrm",
+            "0",
+            (status.cap_eff, status.cap_prm),
+        ));
     }
     if expected.namespaces {
         if status.cap_bnd != Some(0) {
@@ -147,7 +156,10 @@ pub(crate) fn verify_worker_filter(
     if required && !report.worker_filter {
         return Err(mismatch(
             "Seccomp_filters",
-            format!("more than the host's {} (the worker's own allowlist)", super::seccomp::HOST_FILTERS),
+            format!(
+                "more than the host's {} (the worker's own allowlist)",
+                super::seccomp::HOST_FILTERS
+            ),
             filters,
         ));
     }

@@ -25,7 +25,8 @@ fn errno() -> std::io::Error {
 }
 
 fn number(arg: &str) -> Result<i64, HandlerError> {
-    arg.parse().map_err(|_| HandlerError::new(format!("not a number: {arg}")))
+    arg.parse()
+        .map_err(|_| HandlerError::new(format!("not a number: {arg}")))
 }
 
 fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
@@ -51,7 +52,11 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         "kill" => {
             // SAFETY: signal 0 delivers nothing.
             let rc = unsafe { libc::kill(number(arg)? as i32, 0) };
-            if rc == 0 { Ok("signalled".into()) } else { Err(refused("kill", errno())) }
+            if rc == 0 {
+                Ok("signalled".into())
+            } else {
+                Err(refused("kill", errno()))
+            }
         }
         "ptrace" => {
             let pid = number(arg)? as i32;
@@ -65,19 +70,36 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             Ok("attached".into())
         }
         "vm_readv" => {
-            let (pid, addr) = arg.split_once(':').ok_or_else(|| HandlerError::new("pid:addr"))?;
+            let (pid, addr) = arg
+                .split_once(':')
+                .ok_or_else(|| HandlerError::new("pid:addr"))?;
             let mut buf = [0u8; 8];
-            let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-            let remote = libc::iovec { iov_base: number(addr)? as usize as *mut libc::c_void, iov_len: 8 };
+            let local = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            let remote = libc::iovec {
+                iov_base: number(addr)? as usize as *mut libc::c_void,
+                iov_len: 8,
+            };
             // SAFETY: reads into our own 8-byte buffer.
-            let n = unsafe { libc::process_vm_readv(number(pid)? as i32, &local, 1, &remote, 1, 0) };
-            if n == 8 { Ok(format!("{:02x?}", buf)) } else { Err(refused("process_vm_readv", errno())) }
+            let n =
+                unsafe { libc::process_vm_readv(number(pid)? as i32, &local, 1, &remote, 1, 0) };
+            if n == 8 {
+                Ok(format!("{:02x?}", buf))
+            } else {
+                Err(refused("process_vm_readv", errno()))
+            }
         }
         "proc_mem" => {
-            let (pid, addr) = arg.split_once(':').ok_or_else(|| HandlerError::new("pid:addr"))?;
-            let file = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| refused("open mem", e))?;
+            let (pid, addr) = arg
+                .split_once(':')
+                .ok_or_else(|| HandlerError::new("pid:addr"))?;
+            let file = std::fs::File::open(format!("/proc/{pid}/mem"))
+                .map_err(|e| refused("open mem", e))?;
             let mut buf = [0u8; 8];
-            file.read_exact_at(&mut buf, number(addr)? as u64).map_err(|e| refused("read mem", e))?;
+            file.read_exact_at(&mut buf, number(addr)? as u64)
+                .map_err(|e| refused("read mem", e))?;
             Ok(format!("{:02x?}", buf))
         }
         "pidfd_getfd" => {
@@ -89,7 +111,11 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             }
             // SAFETY: as above; fd 0 of the target.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) };
-            if fd < 0 { Err(refused("pidfd_getfd", errno())) } else { Ok(format!("got fd {fd}")) }
+            if fd < 0 {
+                Err(refused("pidfd_getfd", errno()))
+            } else {
+                Ok(format!("got fd {fd}"))
+            }
         }
         "exec" => std::process::Command::new(arg)
             .output()
@@ -98,7 +124,11 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         "userfaultfd" => {
             // SAFETY: a plain system call; the descriptor is leaked, the process is a test's.
             let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, 0) };
-            if fd < 0 { Err(refused("userfaultfd", errno())) } else { Ok("userfaultfd".into()) }
+            if fd < 0 {
+                Err(refused("userfaultfd", errno()))
+            } else {
+                Ok("userfaultfd".into())
+            }
         }
         "unshare_user" => {
             // A new user namespace needs a single-threaded caller: a forked child tries.
@@ -106,7 +136,11 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             match unsafe { libc::fork() } {
                 0 => unsafe {
                     let rc = libc::unshare(libc::CLONE_NEWUSER);
-                    libc::_exit(if rc == 0 { 0 } else { *libc::__errno_location() })
+                    libc::_exit(if rc == 0 {
+                        0
+                    } else {
+                        *libc::__errno_location()
+                    })
                 },
                 -1 => Err(refused("fork", errno())),
                 pid => {
@@ -125,9 +159,18 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             // Infallible on purpose: past the memory limit the process aborts, as a
             // runaway worker would.
             let block = vec![1u8; number(arg)? as usize];
-            Ok(format!("allocated {} (last byte {})", block.len(), block.last().copied().unwrap_or(0)))
+            Ok(format!(
+                "allocated {} (last byte {})",
+                block.len(),
+                block.last().copied().unwrap_or(0)
+            ))
         }
-        "steal_sibling" => steal_sibling(number(arg)? as i32),
+        "steal_sibling" => {
+            let (host, victim) = arg
+                .split_once(':')
+                .ok_or_else(|| HandlerError::new("host:victim"))?;
+            steal_sibling(number(host)? as i32, number(victim)? as i32)
+        }
         other => Err(HandlerError::new(format!("unknown attack {other}"))),
     }
 }
@@ -164,7 +207,7 @@ fn fork_many(n: usize) -> Result<String, HandlerError> {
 /// Through `/proc/<host>/fd`, reads calls off the pipes the host writes to a sibling worker
 /// and answers each `echo` with a forged `Return` into the pipe the host reads the sibling's
 /// answers from. Runs for up to 10 s or until one forgery was written.
-fn steal_sibling(host: i32) -> Result<String, HandlerError> {
+fn steal_sibling(host: i32, victim: i32) -> Result<String, HandlerError> {
     use airlock_protocol::frame::{encode_frame, Frame, Return};
     use airlock_protocol::{decode_frame, FrameDecoder};
     // Every pipe of our own (the channel is not on fds 0 and 1 any more) is left alone.
@@ -176,24 +219,42 @@ fn steal_sibling(host: i32) -> Result<String, HandlerError> {
                 .collect()
         })
         .unwrap_or_default();
+    // The victim's own pipes: only those of the host's pipes are the victim's channel.
+    let victims: Vec<String> = std::fs::read_dir(format!("/proc/{victim}/fd"))
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .map_err(|e| refused("list the sibling's fds", e))?;
     let fd_dir = format!("/proc/{host}/fd");
     let entries = std::fs::read_dir(&fd_dir).map_err(|e| refused("list host fds", e))?;
     let mut readers = Vec::new();
     let mut writers = Vec::new();
     for entry in entries.flatten() {
-        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
         let target = target.display().to_string();
-        if !target.starts_with("pipe:") || own.contains(&target) {
+        if !target.starts_with("pipe:") || own.contains(&target) || !victims.contains(&target) {
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
-        let flags = std::fs::read_to_string(format!("/proc/{host}/fdinfo/{name}")).unwrap_or_default();
-        let write_end = flags.lines().any(|l| l.starts_with("flags:") && l.trim().ends_with('1'));
+        let flags =
+            std::fs::read_to_string(format!("/proc/{host}/fdinfo/{name}")).unwrap_or_default();
+        let write_end = flags
+            .lines()
+            .any(|l| l.starts_with("flags:") && l.trim().ends_with('1'));
         let path = entry.path();
         if write_end {
             // The host writes calls here: open the same pipe for reading.
             use std::os::unix::fs::OpenOptionsExt;
-            if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+            if let Ok(f) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+            {
                 readers.push(f);
             }
         } else if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
@@ -201,11 +262,22 @@ fn steal_sibling(host: i32) -> Result<String, HandlerError> {
         }
     }
     if readers.is_empty() || writers.is_empty() {
-        return Err(HandlerError::new(format!("no sibling pipes ({} readers, {} writers)", readers.len(), writers.len())));
+        return Err(HandlerError::new(format!(
+            "no sibling pipes ({} readers, {} writers)",
+            readers.len(),
+            writers.len()
+        )));
     }
-    let mut decoders: Vec<FrameDecoder> = readers.iter().map(|_| FrameDecoder::new(1 << 20)).collect();
+    // Freeze the sibling so that every call written to it is ours to read: the race for
+    // the pipe is then won every time.
+    // SAFETY: a plain signal to a process by pid.
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    let _resume = Resume(vec![victim]);
+    let mut decoders: Vec<FrameDecoder> =
+        readers.iter().map(|_| FrameDecoder::new(1 << 20)).collect();
     let until = Instant::now() + Duration::from_secs(10);
-    let forged = airlock_codec::to_vec(&serde_bytes::ByteBuf::from(b"forged".to_vec())).unwrap_or_default();
+    let forged =
+        airlock_codec::to_vec(&serde_bytes::ByteBuf::from(b"forged".to_vec())).unwrap_or_default();
     while Instant::now() < until {
         for (reader, decoder) in readers.iter_mut().zip(decoders.iter_mut()) {
             let mut chunk = [0u8; 4096];
@@ -215,7 +287,11 @@ fn steal_sibling(host: i32) -> Result<String, HandlerError> {
             while let Ok(Some(raw)) = decoder.next_frame() {
                 if let Ok(Frame::Call(call)) = decode_frame(&raw) {
                     if call.method == "echo" {
-                        let reply = encode_frame(&Frame::Return(Return { id: call.id, method: call.method, body: &forged }));
+                        let reply = encode_frame(&Frame::Return(Return {
+                            id: call.id,
+                            method: call.method,
+                            body: &forged,
+                        }));
                         for writer in &mut writers {
                             let _ = writer.write_all(&reply);
                         }
@@ -227,6 +303,18 @@ fn steal_sibling(host: i32) -> Result<String, HandlerError> {
         std::thread::yield_now();
     }
     Err(HandlerError::new("no sibling call seen"))
+}
+
+/// Lets the frozen siblings run again when the attack ends, whatever its outcome.
+struct Resume(Vec<i32>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            // SAFETY: a plain signal to a process by pid.
+            unsafe { libc::kill(*pid, libc::SIGCONT) };
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
