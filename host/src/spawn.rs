@@ -108,7 +108,7 @@ impl Channel {
                         .map_err(SpawnError::Transport)?;
                 Ok(Channel::Inherited {
                     transport,
-                    child_end: child_end.into(),
+                    child_end,
                 })
             }
             #[cfg(feature = "socket")]

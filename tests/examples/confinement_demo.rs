@@ -103,11 +103,10 @@ async fn main() -> Result<(), Error> {
     }
     let open = forge_sibling(&bin, Confinement::none()).await?;
     let shut = forge_sibling(&bin, Confinement::strict()).await?;
+    let open_text = format!("{open} forged answer(s) delivered as Ok");
     println!(
-        "   {:<40} none(): {:<45} default: {}",
-        "forge a sibling worker's answer",
-        format!("{open} forged answer(s) delivered as Ok"),
-        format!("{shut} forged answers delivered")
+        "   {:<40} none(): {open_text:<45} default: {shut} forged answers delivered",
+        "forge a sibling worker's answer"
     );
     ok &= open > 0 && shut == 0;
     let _ = std::fs::remove_dir_all(&dir);

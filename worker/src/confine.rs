@@ -265,7 +265,7 @@ fn allowlist_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
             libc::TIOCGWINSZ,
         ]
         .into_iter()
-        .map(|request| arg_eq(1, request as u64))
+        .map(|request| arg_eq(1, request))
         .collect::<Result<_, _>>()?,
     );
     // Lowering its own limits is harmless; `prlimit` on another process is not on the list.

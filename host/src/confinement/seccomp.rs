@@ -86,7 +86,7 @@ const NAMESPACE_FLAGS: [i32; 7] = [
 ];
 
 /// Terminal requests that inject input into, or take over, a terminal.
-const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
 
 fn unsupported(err: ConfineError) -> ConfinementError {
     ConfinementError::Unsupported {

@@ -324,7 +324,7 @@ fn main() -> std::process::ExitCode {
     let worker = Worker::new()
         .identity("attack-worker", "0")
         .blocking_method::<Attack, _>(|(name, arg): (String, String)| attack(&name, &arg))
-        .blocking_method::<airlock_worker::builtin::Echo, _>(|payload| Ok(payload));
+        .blocking_method::<airlock_worker::builtin::Echo, _>(Ok);
     match worker.serve_blocking() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
