@@ -71,6 +71,8 @@ pub(crate) enum WorkerProcess {
         /// A pidfd for the worker when it is not `child` itself (it runs in namespaces: its
         /// PID namespace, not a process group, holds everything it started).
         pidfd: Option<std::os::fd::OwnedFd>,
+        /// The worker's own cgroup, removed once it is reaped.
+        cgroup: Option<crate::confinement::WorkerCgroup>,
         /// Set once it has been reaped (its group was killed at that moment).
         exited: Option<ExitInfo>,
     },
@@ -111,6 +113,7 @@ impl Launcher {
                         child: spawned.child,
                         pid: spawned.pid,
                         pidfd: spawned.pidfd,
+                        cgroup: spawned.cgroup,
                         exited: None,
                     },
                     sender: spawned.sender,
@@ -168,6 +171,7 @@ impl WorkerProcess {
                 child,
                 pid,
                 pidfd,
+                cgroup,
                 exited,
             } => {
                 if let Some(info) = exited {
@@ -177,6 +181,7 @@ impl WorkerProcess {
                 if pidfd.is_none() {
                     kill_group(*pid);
                 }
+                remove_cgroup(cgroup);
                 *exited = Some(info);
                 info
             }
@@ -201,6 +206,7 @@ impl WorkerProcess {
                 child,
                 pid,
                 pidfd,
+                cgroup,
                 exited,
             } => {
                 if exited.is_none() {
@@ -208,6 +214,7 @@ impl WorkerProcess {
                         if pidfd.is_none() {
                             kill_group(*pid);
                         }
+                        remove_cgroup(cgroup);
                         *exited = Some(exit_info(Some(status)));
                     }
                 }
@@ -228,6 +235,7 @@ impl WorkerProcess {
                 child,
                 pid,
                 pidfd,
+                cgroup,
                 exited,
             } => {
                 if let Some(info) = exited {
@@ -251,6 +259,9 @@ impl WorkerProcess {
                         .ok()
                         .map(|status| exit_info(status.ok()));
                 }
+                if info.is_some() {
+                    remove_cgroup(cgroup);
+                }
                 *exited = info;
                 info
             }
@@ -262,6 +273,13 @@ impl WorkerProcess {
                 None
             }
         }
+    }
+}
+
+/// Removes a reaped worker's cgroup (everything in it died with the worker's PID namespace).
+fn remove_cgroup(cgroup: &mut Option<crate::confinement::WorkerCgroup>) {
+    if let Some(mut cgroup) = cgroup.take() {
+        cgroup.remove();
     }
 }
 

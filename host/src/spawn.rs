@@ -42,6 +42,8 @@ pub(crate) struct Spawned {
     pub(crate) token: Option<[u8; TOKEN_LEN]>,
     /// What the worker was verified to run under.
     pub(crate) confinement: ConfinementReport,
+    /// Its cgroup, if it has one of its own.
+    pub(crate) cgroup: Option<crate::confinement::WorkerCgroup>,
 }
 
 /// The stream settings for a new worker's channel. Frames are capped at the handshake's
@@ -203,18 +205,11 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
     }
 }
 
-/// Steps that fail when the system does not let this host create namespaces.
+/// Steps that fail when the kernel does not let this host create namespaces. Only these make
+/// `best_effort` start without them: a failure to copy a path or build the root is about the
+/// paths (which something else may control), not the kernel, and stays an error.
 fn namespace_step(step: ConfinementStep) -> bool {
-    matches!(
-        step,
-        ConfinementStep::CreateNamespaces
-            | ConfinementStep::MapIdentity
-            | ConfinementStep::Synchronise
-            | ConfinementStep::CopyPath
-            | ConfinementStep::BuildRoot
-            | ConfinementStep::ReadOnly
-            | ConfinementStep::PivotRoot
-    )
+    matches!(step, ConfinementStep::CreateNamespaces)
 }
 
 /// One attempt. `namespaces`: `None` unconfined, else whether to create namespaces.
@@ -294,6 +289,7 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         }
     };
     let stderr = child.stderr.take();
+    let cgroup = prepared.and_then(|mut p| p.cgroup.take());
     Ok(Spawned {
         child,
         pid,
@@ -304,6 +300,7 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         hello: connected.hello,
         token: connected.token,
         confinement: report,
+        cgroup,
     })
 }
 
@@ -354,6 +351,15 @@ fn verified(
         });
     };
     let report = crate::confinement::verify_spawned(pid, Some(keeper), &prepared.expected)?;
+    if let Some(cgroup) = &prepared.cgroup {
+        if !cgroup.holds(pid) {
+            return Err(ConfinementError::Verification {
+                check: "/proc/<pid>/cgroup",
+                expected: "the worker's own cgroup".into(),
+                found: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+            });
+        }
+    }
     Ok((pid, Some(pidfd), report))
 }
 

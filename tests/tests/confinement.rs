@@ -284,8 +284,90 @@ async fn the_host_reports_what_it_verified() {
     );
     assert_eq!(Some(report.pid), host.worker_pid());
     assert_ne!(report.uid, 0);
+    assert_eq!(
+        report.cgroup,
+        rustix::process::geteuid().is_root(),
+        "a root host gives each worker a cgroup here: {report:?}"
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", report.pid)).unwrap();
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
     assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parent_death_signal_cannot_be_cleared() {
+    live_then_refused(Confinement::strict(), false, "clear_pdeathsig", "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vsock_and_netlink_sockets_cannot_be_created() {
+    // AF_VSOCK shares its port space with the host and the hypervisor; AF_NETLINK talks to
+    // the kernel. Only Unix and IP sockets (in the worker's empty network) are left.
+    for family in [libc::AF_VSOCK, libc::AF_NETLINK] {
+        live_then_refused(Confinement::strict(), false, "socket", &family.to_string()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_memory_counts_against_the_workers_cgroup() {
+    let fill = (256u64 << 20).to_string();
+    let live = attempt(Confinement::none(), true, "memfd_fill", &fill).await;
+    assert!(live.is_ok(), "unconfined, a memfd takes 256 MiB: {live:?}");
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped the confined half: an unprivileged host here has no cgroup to give");
+        return;
+    }
+    let host = Host::builder(attack_bin())
+        .confinement(Confinement::strict().memory_limit(64 << 20))
+        .spawn()
+        .await
+        .unwrap();
+    assert!(
+        host.worker_info().confinement.cgroup,
+        "a root host gives each worker a cgroup"
+    );
+    let filled = host.call::<Attack>(&("memfd_fill".to_string(), fill)).await;
+    assert!(
+        filled.is_err(),
+        "256 MiB of shared memory must not fit a 64 MiB cgroup: {filled:?}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
+    let host = Host::builder(attack_bin()).spawn().await.unwrap();
+    let worker = host.worker_pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
+    let keeper: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    // The keeper is a fork of this host: a core of it would hold the host's memory.
+    let limits = std::fs::read_to_string(format!("/proc/{keeper}/limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(
+        core.split_whitespace().collect::<Vec<_>>()[4..6],
+        ["0", "0"],
+        "{core}"
+    );
+    let crashed = host
+        .call::<Attack>(&("crash".to_string(), String::new()))
+        .await;
+    match crashed {
+        Err(CallError::WorkerLost(LostReason::Exited(exit))) => {
+            assert_eq!(
+                exit.signal,
+                Some(libc::SIGSEGV),
+                "the keeper mirrors the signal"
+            )
+        }
+        other => panic!("the crash must be reported as the worker's exit: {other:?}"),
+    }
     host.shutdown().await;
 }

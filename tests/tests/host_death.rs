@@ -55,7 +55,34 @@ fn host_process_role() {
             .trim()
             .parse()
             .unwrap();
-        println!("{REPORT} {worker_pid} {rogue_pid}");
+        // Confined (the default): the worker's parent is its keeper, the host's child. The
+        // attack worker first tries to clear its parent-death signal, which must not be
+        // possible (and which a uid change inside the sandbox set-up must not have done).
+        let confined = Host::builder(worker_bin()).spawn().await.unwrap();
+        let confined_pid = call_pid(&confined).await.unwrap();
+        let attacker = Host::builder(airlock_tests::e2e::attack_bin())
+            .arg(airlock_tests::attack::NO_SELF_FILTER)
+            .spawn()
+            .await
+            .unwrap();
+        let cleared = attacker
+            .call::<airlock_tests::attack::Attack>(&("clear_pdeathsig".into(), String::new()))
+            .await;
+        assert!(
+            cleared.is_err(),
+            "a confined worker cleared its parent-death signal"
+        );
+        let attacker_pid = attacker.worker_pid().unwrap();
+        // A handler that keeps it running after its channel ends: only the parent-death
+        // signal can end it when the host dies.
+        let stall = attacker.clone();
+        tokio::spawn(async move {
+            let _ = stall
+                .call::<airlock_tests::attack::Attack>(&("stall".into(), "60".into()))
+                .await;
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        println!("{REPORT} {worker_pid} {rogue_pid} {confined_pid} {attacker_pid}");
         tokio::time::sleep(Duration::from_secs(60)).await;
     });
 }
@@ -125,13 +152,19 @@ fn a_killed_host_process_takes_its_workers_with_it() {
                 .collect();
         }
     };
-    assert_eq!(workers.len(), 2);
+    assert_eq!(workers.len(), 4);
     let host_pid = host.0.id();
-    for &pid in &workers {
-        // Live: each worker runs, and is the host process's child, not ours.
+    let parent_of = |pid: u32| -> u32 { stat_fields(pid).unwrap()[1].parse().unwrap() };
+    for (i, &pid) in workers.iter().enumerate() {
+        // Live: each worker runs, and is the host process's child (unconfined) or its
+        // keeper's (confined), not ours.
         assert!(process_alive(pid), "worker {pid} is not running");
-        let parent: u32 = stat_fields(pid).unwrap()[1].parse().unwrap();
-        assert_eq!(parent, host_pid, "worker {pid} is not the host's child");
+        let parent = if i < 2 {
+            parent_of(pid)
+        } else {
+            parent_of(parent_of(pid))
+        };
+        assert_eq!(parent, host_pid, "worker {pid} is not the host's");
     }
 
     host.0.kill().unwrap();

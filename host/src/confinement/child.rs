@@ -56,6 +56,12 @@ impl ChildPlan {
         self.identity
             .write_maps(pid)
             .map_err(|e| (ConfinementStep::MapIdentity, e))?;
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.join(pid).map_err(|e| (ConfinementStep::Cgroup, e))?;
+        }
+        // Under memory pressure the kernel kills the worker before its host.
+        super::namespaces::prefer_for_oom_kill(pid)
+            .map_err(|e| (ConfinementStep::MapIdentity, e))?;
         let go = self.go_write.take();
         if let Some(go) = &go {
             rustix::io::write(go, b"g").map_err(|e| (ConfinementStep::Synchronise, e))?;
@@ -66,6 +72,17 @@ impl ChildPlan {
         // the worker the keeper is gone.
         let keep_fd = go.as_ref().map(|fd| fd.as_raw_fd()).unwrap_or(-1);
         crate::sys::close_all_but(keep_fd);
+        // The keeper is a copy of the host: if it ever dumped core (it re-raises the signal
+        // that killed the worker), the dump would hold the host's memory.
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Core,
+            rustix::process::Rlimit {
+                current: Some(0),
+                maximum: Some(0),
+            },
+        );
+        let _ =
+            rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
         loop {
             match rustix::process::waitpid(
                 rustix::process::Pid::from_raw(pid),
@@ -107,6 +124,11 @@ impl ChildPlan {
         self.identity
             .become_worker()
             .map_err(|e| (ConfinementStep::SwitchIdentity, e))?;
+        // A change of uid clears the parent-death signal: arm it again, then make sure the
+        // keeper did not die in between (nobody would kill this process then).
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+            .map_err(|e| (Synchronise, e))?;
+        keeper_alive(&go)?;
         if let Some(mounts) = &mut self.mounts {
             mounts.build_and_enter()?;
         }
@@ -119,6 +141,11 @@ impl ChildPlan {
 
     /// Without namespaces (best effort): the forked child confines itself in place.
     fn confine_in_place(&mut self) -> StepResult {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup
+                .join(rustix::process::getpid().as_raw_nonzero().get())
+                .map_err(|e| (ConfinementStep::Cgroup, e))?;
+        }
         self.limits.apply()?;
         // A root host still holds CAP_SETPCAP here: the bounding set goes before the uid.
         if self.identity.host_is_root {
@@ -127,6 +154,14 @@ impl ChildPlan {
         self.identity
             .become_worker()
             .map_err(|e| (ConfinementStep::SwitchIdentity, e))?;
+        // A change of uid clears the parent-death signal `prepare_child` armed.
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+            .map_err(|e| (ConfinementStep::Synchronise, e))?;
+        if rustix::process::getppid() != Some(self.host) {
+            return Err((ConfinementStep::Synchronise, Errno::SRCH));
+        }
+        super::namespaces::prefer_for_oom_kill(0)
+            .map_err(|e| (ConfinementStep::ResourceLimits, e))?;
         super::process::clear_capability_sets()?;
         if let Some(cwd) = &self.cwd {
             rustix::process::chdir(cwd.as_c_str())

@@ -35,6 +35,8 @@ pub enum ConfinementStep {
     CreateNamespaces,
     /// Writing the worker's uid and gid maps.
     MapIdentity,
+    /// Moving the worker into its cgroup.
+    Cgroup,
     /// Waiting for the process that created the namespaces.
     Synchronise,
     /// Taking a copy of a path the worker is granted (`open_tree`).
@@ -64,9 +66,10 @@ pub enum ConfinementStep {
 }
 
 impl ConfinementStep {
-    pub(crate) const ALL: [ConfinementStep; 15] = [
+    pub(crate) const ALL: [ConfinementStep; 16] = [
         ConfinementStep::CreateNamespaces,
         ConfinementStep::MapIdentity,
+        ConfinementStep::Cgroup,
         ConfinementStep::Synchronise,
         ConfinementStep::CopyPath,
         ConfinementStep::SwitchIdentity,

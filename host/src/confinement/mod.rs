@@ -12,12 +12,14 @@
 //! | seccomp denylist (`ptrace`, `process_vm_*`, `pidfd_getfd`, `userfaultfd`, `unshare`, `setns`, mounts, `bpf`, `perf_event_open`, keys, `kexec`, modules, io_uring, namespace flags on `clone`) | `seccomp` | the host, last step before `exec` | any program, whatever language it is written in |
 //! | seccomp allowlist (no `execve`, no new sockets, no `fork`) | `airlock_worker::confine` | the worker itself, right before its `Hello` | only the worker knows when its own set-up (loading libraries, connecting its socket) is over |
 //! | `no_new_privs`, no capabilities, parent-death signal, own session, rlimits | `process` | the host, before `exec` | as above |
+//! | a cgroup with a memory and a process limit, where the host may create one | `cgroup` | the host, before the worker runs | counts what rlimits cannot (shared memory, tmpfs pages) |
 //! | non-dumpable | the worker library | the worker itself | `exec` resets it |
 //!
 //! The host then verifies from outside, through `/proc/<pid>/status` and the namespace links,
 //! that the worker runs under what was asked ([`verify`](self)), before its first call, and
 //! refuses one that does not. It never takes the worker's word.
 
+mod cgroup;
 mod child;
 mod error;
 mod landlock;
@@ -37,5 +39,6 @@ pub use policy::{
 };
 pub use report::ConfinementReport;
 
+pub(crate) use cgroup::WorkerCgroup;
 pub(crate) use plan::{prepare, Prepared, SpawnInputs};
 pub(crate) use verify::{verify_spawned, verify_worker_filter};

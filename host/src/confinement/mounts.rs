@@ -208,8 +208,15 @@ impl MountTable {
             root_options: cstring(ROOT_OPTIONS.as_bytes()).map_err(|_| invalid(Path::new("/")))?,
             proc_target: staged(Path::new("/proc")).map_err(|_| invalid(Path::new("/proc")))?,
             tmp_target: staged(Path::new("/tmp")).map_err(|_| invalid(Path::new("/tmp")))?,
-            tmp_options: cstring(format!("mode=1777,size={tmp_size}").as_bytes())
-                .map_err(|_| invalid(Path::new("/tmp")))?,
+            // Inodes are bounded too: empty files cost kernel memory that no size counts.
+            tmp_options: cstring(
+                format!(
+                    "mode=1777,size={tmp_size},nr_inodes={}",
+                    (tmp_size / 16384).max(1024)
+                )
+                .as_bytes(),
+            )
+            .map_err(|_| invalid(Path::new("/tmp")))?,
             cwd: cwd_c,
         })
     }

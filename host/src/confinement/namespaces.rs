@@ -89,6 +89,21 @@ impl Identity {
     }
 }
 
+/// Sets `oom_score_adj` of `pid` (0: this process) to 1000, so that under memory pressure the
+/// worker is the first process the kernel kills, never its host.
+pub(crate) fn prefer_for_oom_kill(pid: i32) -> Result<(), Errno> {
+    if pid == 0 {
+        let fd = rustix::fs::open(
+            c"/proc/self/oom_score_adj",
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        rustix::io::write(&fd, b"1000").map(|_| ())
+    } else {
+        write_proc_file(pid, b"oom_score_adj", b"1000")
+    }
+}
+
 /// Writes `contents` to `/proc/<pid>/<name>` without allocating (the path is built on the
 /// stack): it runs between fork and `exec`.
 fn write_proc_file(pid: i32, name: &[u8], contents: &[u8]) -> Result<(), Errno> {

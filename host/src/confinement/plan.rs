@@ -36,6 +36,10 @@ pub(crate) struct ChildPlan {
     pub(crate) report: OwnedFd,
     pub(crate) go_read: Option<OwnedFd>,
     pub(crate) go_write: Option<OwnedFd>,
+    /// The worker's cgroup, to join before it runs anything.
+    pub(crate) cgroup: Option<super::cgroup::CgroupJoin>,
+    /// The host's pid, for a child confined in place to check it still has its parent.
+    pub(crate) host: rustix::process::Pid,
 }
 
 /// What the host keeps of a confined spawn.
@@ -46,6 +50,8 @@ pub(crate) struct Prepared {
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) report_read: OwnedFd,
     pub(crate) expected: ConfinementReport,
+    /// The worker's cgroup, removed once the worker is reaped.
+    pub(crate) cgroup: Option<super::cgroup::WorkerCgroup>,
 }
 
 /// A path the worker program will be found at, without a search through `PATH` in the child
@@ -145,7 +151,11 @@ pub(crate) fn prepare(
     {
         missing.push(Feature::Landlock);
     }
-    let seccomp = match super::seccomp::denylist() {
+    let around = super::seccomp::Surroundings {
+        namespaced: namespaces,
+        connects_its_channel: !inputs.transport_files.is_empty(),
+    };
+    let seccomp = match super::seccomp::denylist(around) {
         Ok(programs) => programs,
         Err(err) if strict => return Err(err),
         Err(_) => {
@@ -162,6 +172,11 @@ pub(crate) fn prepare(
         None
     };
     let identity = Identity::for_this_host();
+    let cgroup = super::cgroup::WorkerCgroup::create(policy.memory_limit, policy.max_processes);
+    let (cgroup, cgroup_join) = match cgroup {
+        Some((cgroup, join)) => (Some(cgroup), Some(join)),
+        None => (None, None),
+    };
     let pipe = || {
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| {
             ConfinementError::Step {
@@ -198,7 +213,7 @@ pub(crate) fn prepare(
         no_new_privs: true,
         no_capabilities: true,
         rlimits: true,
-        cgroup: false,
+        cgroup: cgroup.is_some(),
         missing,
     };
     let child = ChildPlan {
@@ -216,6 +231,8 @@ pub(crate) fn prepare(
         report,
         go_read,
         go_write,
+        cgroup: cgroup_join,
+        host: rustix::process::getpid(),
     };
     let prepared = Prepared {
         program,
@@ -225,6 +242,7 @@ pub(crate) fn prepare(
         )],
         report_read,
         expected,
+        cgroup,
     };
     Ok((child, prepared))
 }

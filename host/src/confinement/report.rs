@@ -29,7 +29,9 @@ pub struct ConfinementReport {
     pub no_capabilities: bool,
     /// Resource limits applied (`RLIMIT_AS`, `RLIMIT_NPROC`, ...).
     pub rlimits: bool,
-    /// A cgroup holds the worker. Not used yet: the rlimits stand in for it.
+    /// A cgroup of its own holds the worker, with its memory and process limits (only where
+    /// the host may create one: root, or a delegated cgroup v2; elsewhere the rlimits stand
+    /// alone).
     pub cgroup: bool,
     /// What [`best_effort`](crate::Confinement::best_effort) had to leave out.
     pub missing: Vec<Feature>,

@@ -45,6 +45,9 @@ const DENIED: &[i64] = &[
     libc::SYS_fsmount,
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
+    // open_tree_attr (Linux 6.15); libc has no name for it yet.
+    #[cfg(target_arch = "x86_64")]
+    467,
     libc::SYS_name_to_handle_at,
     libc::SYS_open_by_handle_at,
     libc::SYS_bpf,
@@ -106,10 +109,89 @@ fn condition(
     SeccompRule::new(vec![cond]).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
 }
 
+/// System V IPC and POSIX message queues: without an IPC namespace of its own, these reach
+/// every other process of the machine.
+const IPC_CALLS: &[i64] = &[
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semctl,
+    libc::SYS_semtimedop,
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_mq_open,
+];
+
+/// Socket families a worker in its own network namespace may create. Others (vsock, netlink,
+/// packet, alg, bluetooth, ...) reach past a network namespace or into the kernel's less
+/// travelled code; vsock in particular shares its port space with the host and the hypervisor.
+const NAMESPACED_FAMILIES: [i32; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+
+/// What the sandbox around the filter lacks, so that the filter makes up for it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Surroundings {
+    /// The worker has its own namespaces (network, IPC, ...).
+    pub(crate) namespaced: bool,
+    /// The worker connects its channel itself (a named socket): it needs AF_UNIX sockets.
+    pub(crate) connects_its_channel: bool,
+}
+
+impl Surroundings {
+    /// The socket families allowed: without a network namespace of its own nothing reaches
+    /// the network or another process's socket (Landlock does not govern connecting to a
+    /// pathname Unix socket), so only the channel's own family is left, and only if needed.
+    fn socket_families(self) -> Vec<i32> {
+        if self.namespaced {
+            NAMESPACED_FAMILIES.to_vec()
+        } else if self.connects_its_channel {
+            vec![libc::AF_UNIX]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// A rule matching argument 0 outside `allowed` (all of the conditions hold).
+fn family_not_in(allowed: &[i32]) -> Result<Vec<SeccompRule>, ConfinementError> {
+    if allowed.is_empty() {
+        return Ok(Vec::new()); // match unconditionally
+    }
+    let conditions = allowed
+        .iter()
+        .map(|family| {
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *family as u64)
+                .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(vec![SeccompRule::new(conditions).map_err(|e| {
+        unsupported(ConfineError::Compile(e.to_string()))
+    })?])
+}
+
 /// The host's filters, in the order the child installs them.
-pub(crate) fn denylist() -> Result<Vec<BpfProgram>, ConfinementError> {
+pub(crate) fn denylist(around: Surroundings) -> Result<Vec<BpfProgram>, ConfinementError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
+    if !around.namespaced {
+        rules.extend(IPC_CALLS.iter().map(|nr| (*nr, Vec::new())));
+    }
+    let families = around.socket_families();
+    rules.insert(libc::SYS_socket, family_not_in(&families)?);
+    rules.insert(libc::SYS_socketpair, family_not_in(&families)?);
+    // The parent-death signal is how the worker dies with its keeper: it may not clear it.
+    rules.insert(
+        libc::SYS_prctl,
+        vec![condition(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::PR_SET_PDEATHSIG as u64,
+        )?],
+    );
     rules.insert(
         libc::SYS_clone,
         NAMESPACE_FLAGS

@@ -154,6 +154,56 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
                 }
             }
         }
+        // Outlives the end of its channel: the runtime waits for a running blocking handler.
+        "stall" => {
+            std::thread::sleep(Duration::from_secs(number(arg)? as u64));
+            Ok("stalled".into())
+        }
+        "clear_pdeathsig" => {
+            // SAFETY: a plain prctl on integers.
+            let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };
+            if rc == 0 {
+                Ok("cleared".into())
+            } else {
+                Err(refused("prctl", errno()))
+            }
+        }
+        "crash" => {
+            // A real fault, not `raise`: PID 1 of a namespace ignores signals it sends itself
+            // without a handler, but not a fault's.
+            // SAFETY: deliberately not safe: the read faults, which is the point.
+            let byte = unsafe { std::ptr::read_volatile(std::ptr::null::<u8>()) };
+            Ok(format!("survived ({byte})"))
+        }
+        "socket" => {
+            let family = number(arg)? as i32;
+            // SAFETY: a plain system call; the descriptor is closed at once.
+            let fd = unsafe { libc::socket(family, libc::SOCK_STREAM, 0) };
+            if fd < 0 {
+                let dgram = unsafe { libc::socket(family, libc::SOCK_DGRAM, 0) };
+                if dgram < 0 {
+                    return Err(refused("socket", errno()));
+                }
+                unsafe { libc::close(dgram) };
+            } else {
+                unsafe { libc::close(fd) };
+            }
+            Ok("created".into())
+        }
+        "memfd_fill" => {
+            let bytes = number(arg)?;
+            // SAFETY: plain system calls on a descriptor we own.
+            let fd = unsafe { libc::memfd_create(c"fill".as_ptr(), 0) };
+            if fd < 0 {
+                return Err(refused("memfd_create", errno()));
+            }
+            let rc = unsafe { libc::fallocate(fd, 0, 0, bytes) };
+            if rc != 0 {
+                Err(refused("fallocate", errno()))
+            } else {
+                Ok(format!("filled {bytes}"))
+            }
+        }
         "fork_many" => fork_many(number(arg)? as usize),
         "alloc" => {
             // Infallible on purpose: past the memory limit the process aborts, as a

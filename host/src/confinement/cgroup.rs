@@ -1,0 +1,245 @@
+//! A cgroup per worker, where the host may create one: a memory limit that counts what
+//! rlimits cannot (shared memory, `memfd`s, tmpfs pages, kernel memory charged to the worker)
+//! and a process limit for the whole namespace.
+//!
+//! The host may create one when it is root, or when its own cgroup v2 is delegated to it (its
+//! `cgroup.subtree_control` enables the controllers and the directory is writable). Both
+//! hierarchies are handled: cgroup v2 (`memory.max`, `pids.max`), or the v1 `memory` and
+//! `pids` controllers mounted separately (`memory.limit_in_bytes`, `pids.max`). Elsewhere the
+//! rlimits stand alone and [`ConfinementReport::cgroup`](crate::ConfinementReport::cgroup)
+//! says so.
+//!
+//! The directories are made before the fork; the keeper moves the worker in (writing its pid
+//! to the `cgroup.procs` descriptors opened here) before the worker runs anything. They are
+//! removed once the worker is reaped: everything in them died with its PID namespace.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::io::Errno;
+
+/// A worker's cgroup directories (one for v2, one per controller for v1).
+#[derive(Debug)]
+pub(crate) struct WorkerCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+/// The `cgroup.procs` descriptors the keeper writes the worker's pid to.
+pub(crate) struct CgroupJoin {
+    procs: Vec<OwnedFd>,
+}
+
+/// Where new cgroups can go: a v2 directory, or v1 `memory` and `pids` directories.
+enum Parent {
+    V2(PathBuf),
+    V1 { memory: PathBuf, pids: PathBuf },
+}
+
+/// The mount points of cgroup filesystems, from `/proc/self/mountinfo`: `(path, fstype,
+/// super options)`.
+fn cgroup_mounts() -> Vec<(PathBuf, String, String)> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            let mut right = right.split_whitespace();
+            let fstype = right.next()?;
+            let _source = right.next()?;
+            let options = right.next().unwrap_or("");
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| {
+                (
+                    PathBuf::from(mount_point),
+                    fstype.to_string(),
+                    options.to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// This process's own cgroup path in hierarchy `selector` (`""` for v2, else a controller).
+fn own_cgroup(controller: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let _id = parts.next()?;
+        let controllers = parts.next()?;
+        let path = parts.next()?;
+        let matches = if controller.is_empty() {
+            controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
+        matches.then(|| PathBuf::from(path.trim_start_matches('/')))
+    })
+}
+
+fn writable_dir(path: &Path) -> bool {
+    rustix::fs::access(
+        path,
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .is_ok()
+}
+
+fn find_parent() -> Option<Parent> {
+    let mounts = cgroup_mounts();
+    // cgroup v2 with both controllers delegated to our own cgroup.
+    if let Some((mount, _, _)) = mounts.iter().find(|(_, t, _)| t == "cgroup2") {
+        if let Some(own) = own_cgroup("") {
+            let dir = mount.join(own);
+            let enabled =
+                std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+            let has = |c: &str| enabled.split_whitespace().any(|e| e == c);
+            if has("memory") && has("pids") && writable_dir(&dir) {
+                return Some(Parent::V2(dir));
+            }
+        }
+    }
+    // cgroup v1 memory and pids controllers.
+    let v1 = |controller: &str| -> Option<PathBuf> {
+        let (mount, _, _) = mounts
+            .iter()
+            .find(|(_, t, o)| t == "cgroup" && o.split(',').any(|c| c == controller))?;
+        let dir = mount.join(own_cgroup(controller)?);
+        writable_dir(&dir).then_some(dir)
+    };
+    Some(Parent::V1 {
+        memory: v1("memory")?,
+        pids: v1("pids")?,
+    })
+}
+
+fn random_name() -> Option<OsString> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).ok()?;
+    Some(OsString::from(format!(
+        "airlock-{}",
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )))
+}
+
+impl WorkerCgroup {
+    /// Creates a cgroup with `memory` bytes and `processes` tasks at most, if this host may;
+    /// `None` where it may not (the rlimits then stand alone).
+    pub(crate) fn create(
+        memory: Option<u64>,
+        processes: Option<u64>,
+    ) -> Option<(Self, CgroupJoin)> {
+        let name = random_name()?;
+        let (dirs, settings): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match find_parent()? {
+            Parent::V2(parent) => {
+                let dir = parent.join(&name);
+                let mut settings = Vec::new();
+                if let Some(bytes) = memory {
+                    settings.push((dir.join("memory.max"), bytes.to_string()));
+                    settings.push((dir.join("memory.swap.max"), "0".to_string()));
+                }
+                if let Some(n) = processes {
+                    settings.push((dir.join("pids.max"), n.to_string()));
+                }
+                (vec![dir], settings)
+            }
+            Parent::V1 { memory: m, pids } => {
+                let (mdir, pdir) = (m.join(&name), pids.join(&name));
+                let mut settings = Vec::new();
+                if let Some(bytes) = memory {
+                    settings.push((mdir.join("memory.limit_in_bytes"), bytes.to_string()));
+                }
+                if let Some(n) = processes {
+                    settings.push((pdir.join("pids.max"), n.to_string()));
+                }
+                (vec![mdir, pdir], settings)
+            }
+        };
+        let cgroup = Self { dirs: Vec::new() };
+        let mut cgroup = cgroup;
+        for dir in &dirs {
+            std::fs::create_dir(dir).ok()?;
+            cgroup.dirs.push(dir.clone());
+        }
+        for (file, value) in settings {
+            // A setting that does not exist (no swap accounting) is not a reason to go
+            // without the rest; one that exists and refuses the value is.
+            match std::fs::write(&file, value) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => return None,
+            }
+        }
+        let mut procs = Vec::new();
+        for dir in &cgroup.dirs {
+            let fd = rustix::fs::open(
+                dir.join("cgroup.procs"),
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .ok()?;
+            procs.push(fd);
+        }
+        Some((cgroup, CgroupJoin { procs }))
+    }
+
+    /// Whether process `pid` is in this cgroup (every hierarchy), read from
+    /// `/proc/<pid>/cgroup` by the host.
+    pub(crate) fn holds(&self, pid: u32) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            return false;
+        };
+        self.dirs.iter().all(|dir| {
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|name| text.lines().any(|l| l.ends_with(&format!("/{name}"))))
+        })
+    }
+
+    /// Removes the directories. Called once the worker is reaped; the kernel refuses while a
+    /// task is still leaving, so it retries for a moment.
+    pub(crate) fn remove(&mut self) {
+        for _ in 0..50 {
+            self.dirs.retain(|dir| match std::fs::remove_dir(dir) {
+                Ok(()) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            });
+            if self.dirs.is_empty() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for WorkerCgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+impl CgroupJoin {
+    /// In the keeper: moves process `pid` into every directory. Writes the decimal pid from a
+    /// stack buffer: it runs between fork and `exec`.
+    pub(crate) fn join(&self, pid: i32) -> Result<(), Errno> {
+        let mut digits = [0u8; 12];
+        let mut n = pid.unsigned_abs();
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for fd in &self.procs {
+            rustix::io::write(fd, &digits[start..])?;
+        }
+        Ok(())
+    }
+}
