@@ -22,20 +22,33 @@ impl PoolBuilder {
         self
     }
 
-    /// Starts every worker; fails if any fails to start (those started are shut down).
+    /// Starts every worker, all at once; fails if any fails to start (those started are shut
+    /// down, and the first error is returned).
     pub async fn spawn(self) -> Result<Pool, SpawnError> {
-        let mut hosts = Vec::with_capacity(self.size);
+        let mut starting = tokio::task::JoinSet::new();
         for i in 0..self.size {
-            let label = format!("worker-{i}");
-            match self.host.clone().label(label).spawn().await {
-                Ok(host) => hosts.push(host),
-                Err(err) => {
-                    for host in &hosts {
-                        host.shutdown().await;
-                    }
-                    return Err(err);
+            let builder = self.host.clone().label(format!("worker-{i}"));
+            starting.spawn(async move { (i, builder.spawn().await) });
+        }
+        let mut hosts: Vec<Option<Host>> = (0..self.size).map(|_| None).collect();
+        let mut failure = None;
+        while let Some(joined) = starting.join_next().await {
+            match joined {
+                Ok((i, Ok(host))) => hosts[i] = Some(host),
+                Ok((_, Err(err))) => {
+                    failure.get_or_insert(err);
+                }
+                Err(join) => {
+                    failure.get_or_insert(SpawnError::Exec(std::io::Error::other(join)));
                 }
             }
+        }
+        let hosts: Vec<Host> = hosts.into_iter().flatten().collect();
+        if let Some(err) = failure {
+            for host in &hosts {
+                host.shutdown().await;
+            }
+            return Err(err);
         }
         Ok(Pool { hosts })
     }
@@ -44,13 +57,11 @@ impl PoolBuilder {
 /// Several supervised workers behind one call API. A worker's failure affects only the calls
 /// on that worker; each is replaced by its own supervisor.
 ///
-/// A pool spreads load; it does not isolate its workers from each other. airlock's channel
-/// keeps one worker's frames from reaching another's calls, but until OS confinement gives
-/// each worker its own uid or namespaces, the workers run with the host's uid, and a hostile
-/// one can reach its siblings through the operating system (signals; ptrace of the host; the
-/// host's ends of their pipes under `/proc/<host>/fd` and of their sockets via `pidfd_getfd`):
-/// see SECURITY.md, "Residuals". Send calls that must not see each other's data to workers
-/// launched under different uids, not to workers of one pool.
+/// airlock's channel keeps one worker's frames from reaching another's calls, and the default
+/// confinement (each worker in namespaces of its own) keeps a hostile worker from reaching its
+/// siblings through the operating system. Under [`Confinement::none`](crate::Confinement::none)
+/// it can (signals, ptrace of the host, the host's ends of their pipes under
+/// `/proc/<host>/fd`): see SECURITY.md.
 #[derive(Clone, Debug)]
 pub struct Pool {
     hosts: Vec<Host>,
