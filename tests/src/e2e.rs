@@ -67,9 +67,33 @@ pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
 
-/// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`).
+/// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is a
+/// PID-namespace inode (a confined rogue reports that, being pid 1 inside).
+pub const PID_MAX_LIMIT: u32 = 1 << 22;
+
+/// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`); for
+/// an identity above [`PID_MAX_LIMIT`], true if any live process is in the PID namespace of
+/// that inode.
 pub fn process_alive(pid: u32) -> bool {
+    if pid >= PID_MAX_LIMIT {
+        return namespace_member(pid).is_some();
+    }
     stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
+}
+
+/// A live process in the PID namespace whose inode is `inode`, if there is one.
+pub fn namespace_member(inode: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let ns = std::fs::metadata(entry.path().join("ns/pid")).ok()?;
+            (ns.ino() as u32 == inode
+                && stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z")))
+            .then_some(pid)
+        })
 }
 
 /// The session id of a process, from `/proc/<pid>/stat`. Read there rather than with
@@ -141,12 +165,25 @@ pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::Ca
         .map(|_| host.worker_pid().unwrap_or(0))
 }
 
-/// A host for the `rogue-worker`, unconfined. The rogue's suites test the channel checks,
-/// which must hold whatever the OS lets the worker do; the rogue reports its evidence in files
-/// at host paths and by the pid it sees, which a confined worker can neither write nor know.
-/// What confinement adds is tested by `tests/confinement.rs` with the attack worker.
+/// A host for the `rogue-worker`, under the default confinement.
 pub fn rogue_host() -> airlock_host::HostBuilder {
-    airlock_host::Host::builder(rogue_bin()).confinement(airlock_host::Confinement::none())
+    airlock_host::Host::builder(rogue_bin())
+}
+
+/// A host for the `rogue-worker`, confined, that may write its evidence (`ROGUE_*` files) in
+/// `dir`: the directory is granted read-write and opened to every user (a root host's worker
+/// runs as `nobody`).
+pub fn rogue_host_in(dir: &std::path::Path) -> airlock_host::HostBuilder {
+    share_with_worker(dir);
+    airlock_host::Host::builder(rogue_bin())
+        .confinement(airlock_host::Confinement::strict().read_write(dir))
+}
+
+/// Makes `dir` writable by a worker running under another uid (`nobody` for a root host).
+pub fn share_with_worker(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+        .expect("the scratch directory can be opened to the worker");
 }
 
 /// The `attack-worker` binary of this crate, which tries one sandbox escape per call.

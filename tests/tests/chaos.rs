@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, LostReason, Pool, RestartPolicy, TransportChoice};
 use airlock_protocol::Method;
-use airlock_tests::e2e::{call_pid, rogue_host, stat_fields, ScratchDir};
+use airlock_tests::e2e::{call_pid, rogue_host, rogue_host_in, stat_fields, ScratchDir};
 use airlock_tests::support::STRIKES_AT_A_CALL;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
@@ -170,7 +170,7 @@ async fn chaos(calls: usize, transport: TransportChoice) {
     reset_hwm();
 
     let pool = Pool::builder(
-        rogue_host()
+        rogue_host_in(&dir)
             .transport(transport)
             .arg("chaos")
             .env("ROGUE_PIDS", &pids_file)
@@ -365,8 +365,20 @@ fn unique_payload(seed: u64, task: usize, i: usize, rng: &mut Rng) -> ByteBuf {
     ByteBuf::from(bytes)
 }
 
+/// True if `pid` is a worker of this process: its child, or (confined) its child's, the
+/// keeper's.
 fn is_my_child(pid: u32) -> bool {
-    stat_fields(pid).is_some_and(|f| f[1] == std::process::id().to_string())
+    let me = std::process::id().to_string();
+    let parent = |pid: u32| stat_fields(pid).and_then(|f| f.get(1).cloned());
+    match parent(pid) {
+        Some(p) if p == me => true,
+        Some(p) => p
+            .parse()
+            .ok()
+            .and_then(parent)
+            .is_some_and(|grandparent| grandparent == me),
+        None => false,
+    }
 }
 
 fn all_pids() -> Vec<u32> {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use airlock_host::Host;
 use airlock_protocol::frame::{Call, Frame};
 use airlock_protocol::{decode_frame, CallId};
-use airlock_tests::e2e::{rogue_host, ScratchDir};
+use airlock_tests::e2e::{rogue_host_in, ScratchDir};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -64,7 +64,12 @@ fn invariant_04_ids_stay_fresh_on_both_sides_of_a_fork() {
     // An honest rogue that logs every frame it receives (no `ROGUE_ONCE`: it "strikes" by
     // serving honestly, which is what turns its log on).
     let host = runtime
-        .block_on(rogue_host().arg("honest").env("ROGUE_LOG", &log).spawn())
+        .block_on(
+            rogue_host_in(&dir)
+                .arg("honest")
+                .env("ROGUE_LOG", &log)
+                .spawn(),
+        )
         .unwrap();
     assert!(echo(&runtime, &host, "before the fork"));
 

@@ -43,7 +43,10 @@ fn host_process_role() {
             .await
             .unwrap();
         let worker_pid = call_pid(&worker).await.unwrap();
+        // Unconfined too: the unconfined half of this test, which relies on the
+        // parent-death signal alone.
         let _rogue = rogue_host()
+            .confinement(airlock_host::Confinement::none())
             .arg("never_read")
             .env("ROGUE_PIDS", &pids_file)
             .spawn()

@@ -7,12 +7,21 @@ use std::time::{Duration, Instant};
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{call_pid, rogue_host, worker_bin, ScratchDir};
+use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
 fn rogue(scenario: &str) -> airlock_host::HostBuilder {
-    rogue_host().arg(scenario).restart_policy(RestartPolicy {
+    rogue_with(rogue_host(), scenario)
+}
+
+/// A rogue that leaves its evidence in `dir`.
+fn rogue_in(dir: &std::path::Path, scenario: &str) -> airlock_host::HostBuilder {
+    rogue_with(rogue_host_in(dir), scenario)
+}
+
+fn rogue_with(host: airlock_host::HostBuilder, scenario: &str) -> airlock_host::HostBuilder {
+    host.arg(scenario).restart_policy(RestartPolicy {
         max_restarts: 3,
         window: Duration::from_secs(60),
         initial_backoff: Duration::from_millis(5),
@@ -79,7 +88,7 @@ async fn invariant_03_frames_bind_to_id_phase_and_name() {
     ] {
         // Only the first worker strikes, so the violations counted are exactly its own.
         let scratch = ScratchDir::new("inv3");
-        let host = rogue(scenario)
+        let host = rogue_in(&scratch, scenario)
             .env("ROGUE_ONCE", scratch.join("once"))
             .spawn()
             .await
@@ -107,7 +116,7 @@ async fn invariant_03_frames_bind_to_id_phase_and_name() {
 async fn invariant_04_ids_are_fresh_and_unpredictable() {
     let dir = ScratchDir::new("inv4");
     let predicted = dir.join("predicted");
-    let host = rogue("predictable_id")
+    let host = rogue_in(&dir, "predictable_id")
         .env("ROGUE_PREDICTED", &predicted)
         .spawn()
         .await
@@ -176,7 +185,7 @@ fn failed(stats: &airlock_host::HostStats) -> u64 {
 async fn invariant_06_a_violation_kills_reaps_and_replaces() {
     let scratch = ScratchDir::new("inv6");
     let marker = scratch.join("once");
-    let host = rogue("echo_call")
+    let host = rogue_in(&scratch, "echo_call")
         .env("ROGUE_ONCE", &marker)
         .spawn()
         .await
@@ -310,7 +319,7 @@ async fn invariant_08_errors_cross_as_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_09_only_the_spawned_child_connects() {
     let scratch = ScratchDir::new("inv9");
-    let host = rogue_host()
+    let host = rogue_host_in(&scratch)
         .transport(airlock_host::TransportChoice::SocketNamed)
         .arg("impostor_first")
         .env("ROGUE_MARK", scratch.join("mark"))
@@ -356,7 +365,11 @@ async fn invariant_09_only_the_spawned_child_connects() {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(call_pid(&host).await, Ok(spawned));
+    // The rogue's own identity (its pid, or its PID namespace when confined), as it wrote it.
+    assert_eq!(
+        host.call::<airlock_worker::builtin::Pid>(&()).await,
+        Ok(spawned)
+    );
     assert_eq!(
         host.call::<Echo>(&payload("after")).await,
         Ok(payload("after"))

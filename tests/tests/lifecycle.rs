@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, HostConfig, Method};
-use airlock_tests::e2e::{call_pid, process_alive, rogue_host, soon, worker_bin, ScratchDir};
+use airlock_tests::e2e::{call_pid, process_alive, rogue_host_in, soon, worker_bin, ScratchDir};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };
@@ -49,7 +49,7 @@ async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
     ] {
         let scratch = ScratchDir::new("lifecycle");
         let marker = scratch.join("exit-once");
-        let host = rogue_host()
+        let host = rogue_host_in(&scratch)
             .transport(transport)
             .arg("exit_mid_call")
             .env("ROGUE_ONCE", &marker)

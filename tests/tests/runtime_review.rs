@@ -155,35 +155,70 @@ async fn nothing_of_a_lost_worker_stays_open_in_the_host() {
     );
 }
 
-/// launch.rs/sys.rs: the worker is killed with `kill_process_group`, and PR_SET_PDEATHSIG is not
-/// inherited across fork, so a descendant that calls setsid() survives every kill. Residual
-/// of process-group containment (needs a cgroup or PID namespace to close); it should be
-/// written down where users read it, since the docs say "SIGKILLed with its whole process group
-/// ... everything it started". The descendant here writes nothing (a writer would die of
-/// SIGPIPE once the host closes its pipes, which would make this test pass vacuously).
+/// A descendant that calls `setsid()` leaves the worker's process group, so the group kill
+/// misses it, and `PR_SET_PDEATHSIG` is not inherited across fork: unconfined, it outlives its
+/// worker. Confined, the worker is PID 1 of its own PID namespace, and the kernel kills every
+/// member when it dies. The descendant writes nothing (a writer would die of SIGPIPE once the
+/// host closes its pipes, which would make this test pass vacuously).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "documented residual (SECURITY.md): needs a PID namespace or cgroup"]
-async fn residual_a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
+async fn a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
+    // `id` names the descendant: its pid unconfined, its PID namespace's inode confined.
+    let escape = |mark: &std::path::Path, id: &str| {
+        format!(
+            "setsid sh -c '{id} > {mark}; exec </dev/null >/dev/null 2>/dev/null; exec sleep 1000' & \
+             while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
+            mark = mark.display()
+        )
+    };
+    // Live: unconfined, it survives.
     let dir = scratch("setsid");
     let mark = dir.join("grandchild");
-    let script = format!(
-        "setsid sh -c 'echo $$ > {mark}; exec </dev/null >/dev/null 2>/dev/null; exec sleep 1000' & \
-         while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
-        mark = mark.display()
-    );
-    assert!(sh_worker(&script).spawn().await.is_err());
+    assert!(sh_worker(&escape(&mark, "echo $$")).spawn().await.is_err());
     let grandchild: u32 = std::fs::read_to_string(&mark)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let alive = process_alive(grandchild);
+    let survived = process_alive(grandchild);
     let _ = rustix::process::kill_process(
         rustix::process::Pid::from_raw(grandchild as i32).unwrap(),
         rustix::process::Signal::KILL,
     );
-    assert!(!alive, "descendant {grandchild} outlived its killed worker");
+    assert!(
+        survived,
+        "unconfined, the descendant {grandchild} must survive, or this proves nothing"
+    );
+
+    // Confined (the default): gone with the worker's namespace.
+    let dir = scratch("setsid-confined");
+    airlock_tests::e2e::share_with_worker(&dir);
+    let mark = dir.join("grandchild");
+    let confined = Host::builder("/bin/sh")
+        .confinement(airlock_host::Confinement::strict().read_write(&*dir))
+        .arg("-c")
+        .arg(escape(&mark, "stat -L -c %i /proc/self/ns/pid"))
+        .env("PATH", "/usr/bin:/bin")
+        .spawn()
+        .await;
+    assert!(confined.is_err(), "the script never says hello");
+    let namespace: u32 = std::fs::read_to_string(&mark)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        namespace >= airlock_tests::e2e::PID_MAX_LIMIT,
+        "a namespace inode: {namespace}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while process_alive(namespace) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !process_alive(namespace),
+        "a process of the dead worker's PID namespace {namespace} lives on"
+    );
 }
 
 /// supervisor.rs: the writer queue (`WRITE_QUEUE` = 1024 batches) overflowing is treated as "the

@@ -42,6 +42,20 @@ use airlock_transport_socket::{
 };
 use std::os::unix::net::UnixStream;
 
+/// Who this rogue is, in terms its host can check: its pid, or, when it is PID 1 of a PID
+/// namespace of its own (confined), that namespace's inode, which the host sees in
+/// `/proc/<pid>/ns/pid` (see `airlock_tests::e2e::process_alive`).
+fn identity() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let pid = std::process::id();
+    if pid != 1 {
+        return pid;
+    }
+    std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino() as u32)
+        .unwrap_or(pid)
+}
+
 struct Rogue {
     decoder: FrameDecoder,
     input: Box<dyn Read>,
@@ -179,7 +193,7 @@ impl Rogue {
     /// The honest answer to `call`.
     fn answer(&mut self, call: &Received) {
         let body = match call.method.as_str() {
-            "pid" => airlock_codec::to_vec(&std::process::id()).unwrap_or_default(),
+            "pid" => airlock_codec::to_vec(&identity()).unwrap_or_default(),
             "sleep" => {
                 let millis: u64 =
                     airlock_codec::from_slice(&call.body, &Default::default()).unwrap_or(0);
@@ -443,7 +457,14 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             let _inheritable = rogue.socket.as_ref().and_then(|s| rustix::io::dup(s).ok());
             let child = std::process::Command::new("sleep").arg("1000").spawn();
             if let Ok(child) = child {
-                mark_with(child.id().to_string().as_bytes());
+                // Confined, the grandchild's pid means nothing to the host: name the PID
+                // namespace it shares with us instead (it lives while any member does).
+                let id = if std::process::id() == 1 {
+                    identity()
+                } else {
+                    child.id()
+                };
+                mark_with(id.to_string().as_bytes());
             }
             std::process::exit(0);
         }
@@ -568,7 +589,7 @@ fn main() -> ExitCode {
             .append(true)
             .open(path)
         {
-            let _ = pids.write_all(format!("{}\n", std::process::id()).as_bytes());
+            let _ = pids.write_all(format!("{}\n", identity()).as_bytes());
         }
     }
     let first_time = |var: &str| {

@@ -17,7 +17,7 @@ use airlock_protocol::{
     decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{rogue_host, process_alive, rogue_bin, session_of, soon, ScratchDir};
+use airlock_tests::e2e::{rogue_host_in, process_alive, rogue_bin, session_of, soon, ScratchDir};
 use airlock_tests::support::{PeakAlloc, STRIKES_AT_A_CALL, SURVIVABLE};
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
@@ -78,7 +78,7 @@ impl Scene {
 
     /// A host for `rogue-worker SCENARIO`: the first worker strikes, replacements are honest.
     fn builder(&self, scenario: &str) -> HostBuilder {
-        rogue_host()
+        rogue_host_in(&self.dir)
             .transport(TRANSPORT)
             .arg(scenario)
             .env("ROGUE_ONCE", self.path("once"))
@@ -89,6 +89,16 @@ impl Scene {
             .env("ROGUE_RELEASE", self.path("release"))
             .restart_policy(fast_restarts())
             .call_timeout(Duration::from_secs(5))
+    }
+
+    /// An unconfined host for `scenario`, for what the default confinement makes moot (a
+    /// grandchild that leaves the worker's session dies with the worker's PID namespace).
+    async fn spawn_unconfined(&self, scenario: &str) -> Host {
+        self.builder(scenario)
+            .confinement(airlock_host::Confinement::none())
+            .spawn()
+            .await
+            .expect("the rogue completes its handshake")
     }
 
     async fn spawn(&self, scenario: &str) -> Host {
@@ -1390,15 +1400,16 @@ async fn fork_grandchild() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
-    // A grandchild that leaves the worker's process group (its own session) survives the
-    // group kill: that is a stated residual until OS confinement (a PID namespace or cgroup)
-    // lands. What the host must still not do is keep reading its stderr: then every such
-    // grandchild would hold a host descriptor and task for as long as it lives, and go on
-    // writing into the host's log under the dead worker's name.
+    // Unconfined, a grandchild that leaves the worker's process group (its own session)
+    // survives the group kill (confined, it dies with the worker's PID namespace:
+    // `runtime_review::a_descendant_that_leaves_the_process_group_dies_with_the_worker`).
+    // What the host must still not do is keep reading its stderr: then every such grandchild
+    // would hold a host descriptor and task for as long as it lives, and go on writing into
+    // the host's log under the dead worker's name.
     let relayed = Arc::new(Mutex::new(Vec::new()));
     let _capture = tracing::subscriber::set_default(StderrCapture(Arc::clone(&relayed)));
     let scene = Scene::new("setsid_grandchild");
-    let host = scene.spawn("setsid_grandchild").await;
+    let host = scene.spawn_unconfined("setsid_grandchild").await;
     let call = {
         let host = host.clone();
         tokio::spawn(async move { host.call::<Echo>(&unique("victim")).await })
@@ -1640,7 +1651,7 @@ async fn never_read() {
 async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     let scene = Scene::new("pool");
     let pool = Pool::builder(
-        rogue_host()
+        rogue_host_in(&scene.dir)
             .transport(TRANSPORT)
             .arg("chaos")
             .env("ROGUE_PIDS", scene.path("pids"))
