@@ -1,4 +1,7 @@
-//! Every worker is forked from one dedicated thread that lives as long as the host process.
+//! Every worker is forked from one of a few dedicated threads that live as long as the host
+//! process (as many as the machine has CPUs, at most [`MAX_SPAWNERS`]: a fork blocks its
+//! thread until the child has set up its confinement and called `exec`, so one thread would
+//! serialise a `Pool`'s spawns).
 //!
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process.
 //! Tokio retires its threads in normal operation (a blocking-pool thread idles out after ten
@@ -14,6 +17,7 @@
 //! failed to start, or a spawn that timed out, makes the next spawn start a fresh thread, and
 //! every wait for it is bounded.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -39,7 +43,22 @@ impl Spawner {
     }
 }
 
-static SPAWNER: Mutex<Option<Spawner>> = Mutex::new(None);
+/// The most spawner threads a process starts.
+const MAX_SPAWNERS: usize = 4;
+
+/// The spawner threads, started on first use, one slot each.
+static SPAWNERS: [Mutex<Option<Spawner>>; MAX_SPAWNERS] =
+    [const { Mutex::new(None) }; MAX_SPAWNERS];
+
+/// The slot the next spawn uses (round robin).
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many slots are in use: the machine's CPUs, within 1..=MAX_SPAWNERS.
+fn spawners_in_use() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_SPAWNERS)
+}
 
 fn start_thread() -> std::io::Result<Spawner> {
     let (jobs, queue) = mpsc::channel::<Job>();
@@ -64,16 +83,18 @@ fn start_thread() -> std::io::Result<Spawner> {
     })
 }
 
-/// Forgets the spawner thread, so the next spawn starts a fresh one.
-fn forget() {
-    if let Ok(mut spawner) = SPAWNER.lock() {
+/// Forgets the spawner thread in `slot`, so the next spawn there starts a fresh one.
+fn forget(slot: usize) {
+    if let Ok(mut spawner) = SPAWNERS[slot].lock() {
         *spawner = None;
     }
 }
 
-/// Hands `job` to this process's spawner thread, starting one if there is none.
-fn submit(job: Job) -> std::io::Result<()> {
-    let mut spawner = SPAWNER
+/// Hands `job` to one of this process's spawner threads, starting it if there is none; returns
+/// the slot it went to.
+fn submit(job: Job) -> std::io::Result<usize> {
+    let slot = NEXT.fetch_add(1, Ordering::Relaxed) % spawners_in_use();
+    let mut spawner = SPAWNERS[slot]
         .lock()
         .map_err(|_| std::io::Error::other("the airlock spawner lock is poisoned"))?;
     let jobs = match spawner.as_ref() {
@@ -85,7 +106,7 @@ fn submit(job: Job) -> std::io::Result<()> {
             jobs
         }
     };
-    jobs.send(job).map_err(|_| {
+    jobs.send(job).map(|()| slot).map_err(|_| {
         // The thread is gone (it never is, but be ready): forget it so the next spawn retries.
         *spawner = None;
         std::io::Error::other("the airlock spawner thread is gone")
@@ -96,7 +117,7 @@ fn submit(job: Job) -> std::io::Result<()> {
 pub(crate) async fn spawn(mut command: Command) -> std::io::Result<Child> {
     let runtime = tokio::runtime::Handle::current();
     let (done, result) = oneshot::channel();
-    submit(Box::new(move || {
+    let slot = submit(Box::new(move || {
         let _entered = runtime.enter();
         let _ = done.send(command.spawn());
     }))?;
@@ -107,7 +128,7 @@ pub(crate) async fn spawn(mut command: Command) -> std::io::Result<Child> {
         )),
         Err(_) => {
             // A thread that does not answer is not trusted again: the next spawn starts anew.
-            forget();
+            forget(slot);
             Err(std::io::Error::other(
                 "the airlock spawner thread did not answer",
             ))

@@ -132,7 +132,7 @@ const IPC_CALLS: &[i64] = &[
 const NAMESPACED_FAMILIES: [i32; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
 
 /// What the sandbox around the filter lacks, so that the filter makes up for it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Surroundings {
     /// The worker has its own namespaces (network, IPC, ...).
     pub(crate) namespaced: bool,
@@ -172,8 +172,24 @@ fn family_not_in(allowed: &[i32]) -> Result<Vec<SeccompRule>, ConfinementError> 
     })?])
 }
 
-/// The host's filters, in the order the child installs them.
+/// The host's filters, in the order the child installs them; compiled once per kind of
+/// surroundings.
 pub(crate) fn denylist(around: Surroundings) -> Result<Vec<BpfProgram>, ConfinementError> {
+    static COMPILED: std::sync::Mutex<Vec<(Surroundings, Vec<BpfProgram>)>> =
+        std::sync::Mutex::new(Vec::new());
+    if let Ok(compiled) = COMPILED.lock() {
+        if let Some((_, programs)) = compiled.iter().find(|(a, _)| *a == around) {
+            return Ok(programs.clone());
+        }
+    }
+    let programs = compile_denylist(around)?;
+    if let Ok(mut compiled) = COMPILED.lock() {
+        compiled.push((around, programs.clone()));
+    }
+    Ok(programs)
+}
+
+fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, ConfinementError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
     if !around.namespaced {
