@@ -371,3 +371,101 @@ async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
     }
     host.shutdown().await;
 }
+
+/// The host's layers confine any program, not only one built on `airlock-worker`: here a
+/// Python script (Debian's `/usr/bin/python3`, found in the worker's `/usr`) probes its
+/// sandbox and writes what it found to the one directory it is granted, then exits without a
+/// handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_another_language_is_confined_by_the_hosts_layers() {
+    let python = std::path::Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("skipped: no /usr/bin/python3 on this machine");
+        return;
+    }
+    let dir = ScratchDir::new("confinement-python");
+    airlock_tests::e2e::share_with_worker(&dir);
+    let secret = dir
+        .join("..")
+        .join(format!("secret-{}", std::process::id()));
+    std::fs::write(&secret, "the host's secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = dir.join("probe.py");
+    let out = dir.join("found");
+    std::fs::write(
+        &script,
+        format!(
+            r#"
+import os, socket
+def attempt(f):
+    try:
+        f()
+        return "open"
+    except Exception as e:
+        return "refused"
+results = {{
+    "passwd": attempt(lambda: open("/etc/passwd").read()),
+    "secret": attempt(lambda: open({secret:?}).read()),
+    "tcp": attempt(lambda: socket.create_connection(("127.0.0.1", {port}), timeout=1)),
+    "kill_host": attempt(lambda: os.kill({host}, 0)),
+    "uid": str(os.getuid()),
+    "pid": str(os.getpid()),
+}}
+status = open("/proc/self/status").read()
+for key in ("NoNewPrivs", "Seccomp_filters", "CapEff"):
+    results[key] = [l.split(":")[1].strip() for l in status.splitlines() if l.startswith(key + ":")][0]
+open({out:?}, "w").write(repr(sorted(results.items())))
+"#,
+            secret = secret.display().to_string(),
+            out = out.display().to_string(),
+            host = std::process::id(),
+        ),
+    )
+    .unwrap();
+    let probe = |policy: Confinement| {
+        let script = script.clone();
+        async move {
+            let _ = std::fs::remove_file(&out_path(&script));
+            let spawned = Host::builder("/usr/bin/python3")
+                .arg(&script)
+                .confinement(policy)
+                .spawn()
+                .await;
+            assert!(spawned.is_err(), "the probe never says hello");
+            std::fs::read_to_string(out_path(&script)).expect("the probe wrote its findings")
+        }
+    };
+    fn out_path(script: &std::path::Path) -> std::path::PathBuf {
+        script.with_file_name("found")
+    }
+    let open = probe(Confinement::none()).await;
+    for key in ["passwd", "secret", "tcp", "kill_host"] {
+        assert!(
+            open.contains(&format!("('{key}', 'open')")),
+            "unconfined, {key}: {open}"
+        );
+    }
+    let confined = probe(Confinement::strict().read_write(&*dir)).await;
+    for key in ["passwd", "secret", "tcp", "kill_host"] {
+        assert!(
+            confined.contains(&format!("('{key}', 'refused')")),
+            "confined, {key} must be refused: {confined}"
+        );
+    }
+    assert!(confined.contains("('NoNewPrivs', '1')"), "{confined}");
+    assert!(
+        confined.contains("('CapEff', '0000000000000000')"),
+        "{confined}"
+    );
+    assert!(
+        confined.contains("('pid', '1')"),
+        "its own PID namespace: {confined}"
+    );
+    // The host's two filters, and none of the worker library's (it is not built on it).
+    assert!(confined.contains("('Seccomp_filters', '2')"), "{confined}");
+    if rustix::process::geteuid().is_root() {
+        assert!(confined.contains("('uid', '65534')"), "{confined}");
+    }
+    let _ = std::fs::remove_file(&secret);
+}
