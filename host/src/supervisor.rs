@@ -444,7 +444,15 @@ impl Supervisor {
                     }
                 },
                 frame = frames_rx.recv() => match frame {
-                    Some(Ok(Some(payload))) => session.handle_frame(payload),
+                    Some(Ok(Some(payload))) => {
+                        // Time before frames: a deadline that passed while this frame waited
+                        // is seen first, so the frame cannot complete a call already over.
+                        let now = Instant::now();
+                        if session.poll_timeout().is_some_and(|at| at <= now) {
+                            session.handle_timeout(now);
+                        }
+                        session.handle_frame(payload)
+                    }
                     Some(Ok(None)) | None => session.handle_eof(),
                     Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
                     Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
