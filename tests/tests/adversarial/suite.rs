@@ -1689,12 +1689,18 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     // Every attack the rogue can make mid-session, one after the other on the same slot.
     let mut pid = hostile.call::<Pid>(&()).await.unwrap();
     for &scenario in STRIKES_AT_A_CALL {
+        if scenario == SURVIVABLE {
+            // Answered after its flood, however long a loaded machine takes to drain it: the
+            // same worker serves on. (A short deadline here would kill it for being slow.)
+            let answered = hostile
+                .call_with_deadline::<Misbehave>(&scenario.to_string(), soon(20_000))
+                .await;
+            assert!(answered.is_ok(), "{scenario}: {answered:?}");
+            continue;
+        }
         let _ = hostile
             .call_with_deadline::<Misbehave>(&scenario.to_string(), soon(300))
             .await;
-        if scenario == SURVIVABLE {
-            continue; // answered after its flood: the same worker serves on
-        }
         // Wait for the hostile worker to be replaced.
         let started = Instant::now();
         loop {
