@@ -201,6 +201,14 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
             );
             spawn_once(settings, Some(false)).await
         }
+        Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
+            if namespace_step(step) =>
+        {
+            Err(SpawnError::Confinement(ConfinementError::Unsupported {
+                feature: crate::Feature::Namespaces,
+                detail: format!("creating them failed: {source}"),
+            }))
+        }
         other => other,
     }
 }

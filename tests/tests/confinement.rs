@@ -426,7 +426,7 @@ open({out:?}, "w").write(repr(sorted(results.items())))
     let probe = |policy: Confinement| {
         let script = script.clone();
         async move {
-            let _ = std::fs::remove_file(&out_path(&script));
+            let _ = std::fs::remove_file(out_path(&script));
             let spawned = Host::builder("/usr/bin/python3")
                 .arg(&script)
                 .confinement(policy)
@@ -468,4 +468,58 @@ open({out:?}, "w").write(repr(sorted(results.items())))
         assert!(confined.contains("('uid', '65534')"), "{confined}");
     }
     let _ = std::fs::remove_file(&secret);
+}
+
+/// The same attacks with the host unprivileged (uid 65534, no capabilities): the worker's user
+/// namespace is then one the host may create itself, and every layer must hold the same. Run
+/// as root (CI), this test re-runs the attack tests of this binary as `nobody` through
+/// `setpriv`; run unprivileged, those tests run directly and this one has nothing to add.
+#[test]
+fn the_attacks_are_refused_for_an_unprivileged_host_too() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: already unprivileged; the other tests are the check");
+        return;
+    }
+    let Ok(setpriv) = which("setpriv") else {
+        panic!("setpriv (util-linux) is needed to run the host unprivileged");
+    };
+    let tests = [
+        "a_0600_file_of_the_hosts_user_outside_the_grants_cannot_be_read",
+        "etc_passwd_is_not_visible",
+        "tcp_connect_to_a_listener_on_loopback_fails",
+        "unix_and_abstract_socket_connects_fail",
+        // Not `dangerous_calls_...`: unprivileged, `userfaultfd` is off in this kernel
+        // (vm.unprivileged_userfaultfd = 0) even unconfined, so its attack is not live.
+        "execve_is_refused_by_the_workers_own_filter",
+        "the_parent_death_signal_cannot_be_cleared",
+        "vsock_and_netlink_sockets_cannot_be_created",
+        "a_worker_cannot_forge_its_siblings_answer",
+        "the_host_reports_what_it_verified",
+        "a_worker_in_another_language_is_confined_by_the_hosts_layers",
+    ];
+    let output = std::process::Command::new(setpriv)
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        // One at a time: a thief that cannot tell its sibling's pipes apart takes any of the
+        // host's, which must then be its sibling's only.
+        .args(["--exact", "--test-threads=1"])
+        .args(tests)
+        // Out of any directory only root may enter.
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains(&format!("{} passed", tests.len())),
+        "as uid 65534:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn which(program: &str) -> std::io::Result<std::path::PathBuf> {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|dir| std::path::Path::new(dir).join(program))
+        .find(|p| p.exists())
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
 }
