@@ -67,30 +67,29 @@ pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
 
-/// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is a
-/// PID-namespace inode (a confined rogue reports that, being pid 1 inside).
+/// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is the
+/// name a confined rogue took (`air-<hex>`; it is pid 1 inside its own PID namespace).
 pub const PID_MAX_LIMIT: u32 = 1 << 22;
 
 /// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`); for
-/// an identity above [`PID_MAX_LIMIT`], true if any live process is in the PID namespace of
-/// that inode.
+/// an identity above [`PID_MAX_LIMIT`], true if a live process took that name.
 pub fn process_alive(pid: u32) -> bool {
     if pid >= PID_MAX_LIMIT {
-        return namespace_member(pid).is_some();
+        return named_process(pid).is_some();
     }
     stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
 }
 
-/// A live process in the PID namespace whose inode is `inode`, if there is one.
-pub fn namespace_member(inode: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
+/// The pid of a live process whose command name is `air-<id in hex>`, if there is one.
+pub fn named_process(id: u32) -> Option<u32> {
+    let name = format!("air-{id:08x}");
     std::fs::read_dir("/proc")
         .ok()?
         .flatten()
         .find_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let ns = std::fs::metadata(entry.path().join("ns/pid")).ok()?;
-            (ns.ino() as u32 == inode
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            (comm.trim_end() == name
                 && stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z")))
             .then_some(pid)
         })

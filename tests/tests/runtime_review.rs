@@ -162,18 +162,16 @@ async fn nothing_of_a_lost_worker_stays_open_in_the_host() {
 /// host closes its pipes, which would make this test pass vacuously).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
-    // `id` names the descendant: its pid unconfined, its PID namespace's inode confined.
-    let escape = |mark: &std::path::Path, id: &str| {
-        format!(
-            "setsid sh -c '{id} > {mark}; exec </dev/null >/dev/null 2>/dev/null; exec sleep 1000' & \
-             while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
-            mark = mark.display()
-        )
-    };
-    // Live: unconfined, it survives.
+    use airlock_tests::e2e::{rogue_host_in, PID_MAX_LIMIT};
+    // Live: unconfined, a descendant in a session of its own survives its worker.
     let dir = scratch("setsid");
     let mark = dir.join("grandchild");
-    assert!(sh_worker(&escape(&mark, "echo $$")).spawn().await.is_err());
+    let script = format!(
+        "setsid sh -c 'echo $$ > {mark}; exec </dev/null >/dev/null 2>/dev/null; exec sleep 1000' & \
+         while [ ! -s {mark} ]; do sleep 0.01; done; exit 0",
+        mark = mark.display()
+    );
+    assert!(sh_worker(&script).spawn().await.is_err());
     let grandchild: u32 = std::fs::read_to_string(&mark)
         .unwrap()
         .trim()
@@ -190,35 +188,39 @@ async fn a_descendant_that_leaves_the_process_group_dies_with_the_worker() {
         "unconfined, the descendant {grandchild} must survive, or this proves nothing"
     );
 
-    // Confined (the default): gone with the worker's namespace.
+    // Confined (the default): the rogue starts a descendant that leaves its session and takes
+    // a name the host can find, then exits; the descendant dies with the PID namespace.
     let dir = scratch("setsid-confined");
-    airlock_tests::e2e::share_with_worker(&dir);
-    let mark = dir.join("grandchild");
-    let confined = Host::builder("/bin/sh")
-        .confinement(airlock_host::Confinement::strict().read_write(&*dir))
-        .arg("-c")
-        .arg(escape(&mark, "stat -L -c %i /proc/self/ns/pid"))
-        .env("PATH", "/usr/bin:/bin")
+    let host = rogue_host_in(&dir)
+        .arg("fork_grandchild")
+        .env("ROGUE_MARK", dir.join("mark"))
         .spawn()
-        .await;
-    assert!(confined.is_err(), "the script never says hello");
-    let namespace: u32 = std::fs::read_to_string(&mark)
-        .unwrap()
+        .await
+        .unwrap();
+    let outcome = host.call::<Echo>(&ByteBuf::from(b"x".to_vec())).await;
+    assert!(outcome.is_err(), "the rogue exits at the call: {outcome:?}");
+    let name: u32 = std::fs::read_to_string(dir.join("mark"))
+        .expect("the rogue started its descendant")
         .trim()
         .parse()
         .unwrap();
     assert!(
-        namespace >= airlock_tests::e2e::PID_MAX_LIMIT,
-        "a namespace inode: {namespace}"
+        name >= PID_MAX_LIMIT,
+        "a confined descendant's name: {name}"
+    );
+    assert!(
+        dir.join("mark.up").exists(),
+        "the descendant ran under its name, out of the worker's session"
     );
     let deadline = Instant::now() + Duration::from_secs(2);
-    while process_alive(namespace) && Instant::now() < deadline {
+    while process_alive(name) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(
-        !process_alive(namespace),
-        "a process of the dead worker's PID namespace {namespace} lives on"
+        !process_alive(name),
+        "a descendant of the dead confined worker lives on"
     );
+    host.shutdown().await;
 }
 
 /// supervisor.rs: the writer queue (`WRITE_QUEUE` = 1024 batches) overflowing is treated as "the

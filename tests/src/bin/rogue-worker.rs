@@ -43,17 +43,42 @@ use airlock_transport_socket::{
 use std::os::unix::net::UnixStream;
 
 /// Who this rogue is, in terms its host can check: its pid, or, when it is PID 1 of a PID
-/// namespace of its own (confined), that namespace's inode, which the host sees in
-/// `/proc/<pid>/ns/pid` (see `airlock_tests::e2e::process_alive`).
+/// namespace of its own (confined, where its pid names nothing out there), a random number
+/// above any pid, which it also takes as its command name (`air-<hex>`, seen by the host in
+/// `/proc/<pid>/comm`; see `airlock_tests::e2e::process_alive`). Not the namespace's inode: the
+/// kernel hands a freed one to the next namespace at once.
 fn identity() -> u32 {
-    use std::os::unix::fs::MetadataExt;
-    let pid = std::process::id();
-    if pid != 1 {
-        return pid;
+    static IDENTITY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *IDENTITY.get_or_init(|| {
+        let pid = std::process::id();
+        if pid != 1 {
+            return pid;
+        }
+        let id = loop {
+            let mut bytes = [0u8; 4];
+            if random_fill(&mut bytes).is_err() {
+                break pid;
+            }
+            let id = u32::from_le_bytes(bytes);
+            if id >= airlock_tests::e2e::PID_MAX_LIMIT {
+                break id;
+            }
+        };
+        take_name(id);
+        id
+    })
+}
+
+/// Random bytes from the OS.
+fn random_fill(bytes: &mut [u8]) -> std::io::Result<()> {
+    std::fs::File::open("/dev/urandom")?.read_exact(bytes)
+}
+
+/// Sets this thread's command name to `air-<id in hex>`.
+fn take_name(id: u32) {
+    if let Ok(name) = std::ffi::CString::new(format!("air-{id:08x}")) {
+        let _ = rustix::thread::set_name(&name);
     }
-    std::fs::metadata("/proc/self/ns/pid")
-        .map(|m| m.ino() as u32)
-        .unwrap_or(pid)
 }
 
 struct Rogue {
@@ -455,16 +480,38 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             // A grandchild inherits the channel and outlives us. (A socket channel is
             // close-on-exec; a hostile worker simply makes an inheritable copy first.)
             let _inheritable = rogue.socket.as_ref().and_then(|s| rustix::io::dup(s).ok());
-            let child = std::process::Command::new("sleep").arg("1000").spawn();
+            // Confined, the grandchild's pid names nothing for the host: it is this binary
+            // again, taking a name the host can find (see `identity`).
+            let confined = std::process::id() == 1;
+            let name = identity()
+                .wrapping_add(1)
+                .max(airlock_tests::e2e::PID_MAX_LIMIT);
+            let child = if confined {
+                std::env::current_exe().and_then(|exe| {
+                    std::process::Command::new(exe)
+                        .arg(NAMED_SLEEPER)
+                        .arg(name.to_string())
+                        .spawn()
+                })
+            } else {
+                std::process::Command::new("sleep").arg("1000").spawn()
+            };
             if let Ok(child) = child {
-                // Confined, the grandchild's pid means nothing to the host: name the PID
-                // namespace it shares with us instead (it lives while any member does).
-                let id = if std::process::id() == 1 {
-                    identity()
-                } else {
-                    child.id()
-                };
+                let id = if confined { name } else { child.id() };
                 mark_with(id.to_string().as_bytes());
+                if confined {
+                    // Leave only once the grandchild says it runs (at most 2 s).
+                    if let Some(mark) = std::env::var_os("ROGUE_MARK") {
+                        let mut up = mark;
+                        up.push(".up");
+                        let until = std::time::Instant::now() + Duration::from_secs(2);
+                        while !std::path::Path::new(&up).exists()
+                            && std::time::Instant::now() < until
+                        {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                }
             }
             std::process::exit(0);
         }
@@ -532,6 +579,10 @@ fn escaped_grandchild() -> ExitCode {
 /// The argument that makes this binary the impostor of `impostor_first`.
 const IMPOSTOR: &str = "--impostor";
 
+/// `rogue-worker --named-sleeper ID`: leaves its session, takes the name `identity` would give
+/// `ID`, then sleeps.
+const NAMED_SLEEPER: &str = "--named-sleeper";
+
 /// The impostor: another process holding the worker's socket name and token (inherited from
 /// the worker's environment), which connects and says a valid `Hello` quoting that token. It
 /// marks `impostor refused TOKENHEX` if the host closed the connection without a word, or
@@ -583,6 +634,23 @@ fn main() -> ExitCode {
     if scenario == IMPOSTOR {
         return impostor();
     }
+    if scenario == NAMED_SLEEPER {
+        // Out of the worker's session and process group too: only its PID namespace holds it.
+        let _ = rustix::process::setsid();
+        if let Some(id) = std::env::args().nth(2).and_then(|id| id.parse().ok()) {
+            take_name(id);
+        }
+        // Evidence that it runs under its name, out of the session: `<ROGUE_MARK>.up`.
+        if let Some(mark) = std::env::var_os("ROGUE_MARK") {
+            let mut up = mark;
+            up.push(".up");
+            let _ = std::fs::write(up, b"up");
+        }
+        std::thread::sleep(Duration::from_secs(1000));
+        return ExitCode::SUCCESS;
+    }
+    // Take the name first, before anything else runs.
+    let _ = identity();
     if let Some(path) = std::env::var_os("ROGUE_PIDS") {
         if let Ok(mut pids) = std::fs::OpenOptions::new()
             .create(true)
