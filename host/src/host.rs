@@ -165,7 +165,6 @@ struct Shared {
     alive: Arc<AtomicBool>,
     next_key: AtomicU64,
     call_timeout: Duration,
-    limits: Limits,
     worker: WorkerInfo,
 }
 
@@ -209,7 +208,6 @@ impl Host {
                 alive,
                 next_key: AtomicU64::new(0),
                 call_timeout: settings.call_timeout,
-                limits: settings.response_limits(),
                 worker,
             }),
         })
@@ -283,6 +281,7 @@ impl Host {
             method: M::NAME,
             body: body.into(),
             deadline,
+            decode: decode_response::<M::Response>,
             reply,
         };
         self.shared
@@ -304,16 +303,11 @@ impl Host {
         };
         guard.key = None;
         match reply {
-            CallReply::Returned { body, generation } => {
-                airlock_codec::from_slice::<M::Response>(&body, &self.shared.limits).map_err(
-                    |err| {
-                        // The worker lied about a call sent to it: it is killed before it can
-                        // answer anything else.
-                        let _ = self.shared.commands.send(Command::Abort { generation });
-                        CallError::Decode(err)
-                    },
-                )
-            }
+            // Decoded where the supervisor accepted the frame, with this method's decoder.
+            CallReply::Returned(value) => value
+                .downcast::<M::Response>()
+                .map(|value| *value)
+                .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
             CallReply::Failed(err) => Err(err),
         }
     }
@@ -394,4 +388,16 @@ impl Drop for InFlight<'_> {
                 .fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The supervisor's decoder for `T`: the non-executing, budgeted codec, boxed for the caller.
+fn decode_response<T>(
+    body: &[u8],
+    limits: &airlock_codec::Limits,
+) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    airlock_codec::from_slice::<T>(body, limits)
+        .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
 }

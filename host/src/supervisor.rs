@@ -52,13 +52,21 @@ pub(crate) struct CallRequest {
     pub(crate) method: &'static str,
     pub(crate) body: Bytes,
     pub(crate) deadline: Instant,
+    /// Decodes the method's response; run where the worker's `Return` is accepted.
+    pub(crate) decode: Decode,
     pub(crate) reply: oneshot::Sender<CallReply>,
 }
 
-/// What the supervisor answers a call with. Decoding the body is the caller's job.
+/// Decodes a response body into the method's response type, boxed for the caller.
+pub(crate) type Decode = fn(
+    &[u8],
+    &airlock_codec::Limits,
+) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>;
+
+/// What the supervisor answers a call with.
 pub(crate) enum CallReply {
-    /// The worker's encoded response, and which worker generation sent it.
-    Returned { body: Bytes, generation: u64 },
+    /// The worker's response, decoded (to the method's response type) where it was accepted.
+    Returned(Box<dyn std::any::Any + Send>),
     /// Any failure.
     Failed(CallError),
 }
@@ -67,10 +75,6 @@ pub(crate) enum Command {
     Call(CallRequest),
     /// The caller dropped its call.
     Cancel(u64),
-    /// A response from this generation did not decode: the worker lied.
-    Abort {
-        generation: u64,
-    },
     /// Shut down gracefully; answered when done.
     Shutdown(oneshot::Sender<()>),
 }
@@ -212,7 +216,6 @@ impl Supervisor {
                     }
                     Some(Command::Call(call)) => self.queue(call),
                     Some(Command::Cancel(key)) => self.cancel_waiting(key),
-                    Some(Command::Abort { .. }) => {}
                 },
             }
         }
@@ -237,7 +240,7 @@ impl Supervisor {
                     let _ = done.send(());
                     break;
                 }
-                Command::Cancel(_) | Command::Abort { .. } => {}
+                Command::Cancel(_) => {}
             }
         }
         self.finish();
@@ -257,7 +260,7 @@ impl Supervisor {
                 Command::Shutdown(done) => {
                     let _ = done.send(());
                 }
-                Command::Cancel(_) | Command::Abort { .. } => {}
+                Command::Cancel(_) => {}
             }
         }
         for done in self.shutdown.take().into_iter().flatten() {
@@ -313,6 +316,7 @@ impl Supervisor {
             config = config.clone().token(token).unwrap_or(config);
         }
         let mut session = HostSession::new(config, Instant::now());
+        let limits = self.settings.response_limits();
         if let Some(hello) = hello {
             session.handle_frame(hello);
         }
@@ -331,7 +335,6 @@ impl Supervisor {
             keys: HashMap::new(),
             lost: Vec::new(),
             timed_out: Vec::new(),
-            generation: self.generation,
         };
         let mut exited: Option<(ExitInfo, Instant)> = None;
         let mut grace_until: Option<Instant> = None;
@@ -372,7 +375,13 @@ impl Supervisor {
                             link.begin(&mut session, call, &mut self.rng);
                         }
                     }
-                    Event::Completed { id, outcome } => link.complete(id, outcome),
+                    Event::Completed { id, outcome } => {
+                        // A response that does not decode is a lie: the worker is cut off
+                        // here, before the session takes another frame from it.
+                        if link.complete(id, outcome, &limits) == Completion::Lied {
+                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                        }
+                    }
                     Event::Closed(reason) => closed = Some(reason),
                     _ => {}
                 }
@@ -425,11 +434,6 @@ impl Supervisor {
                         }
                         None => self.cancel_waiting(key),
                     },
-                    Some(Command::Abort { generation }) => {
-                        if generation == self.generation {
-                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-                        }
-                    }
                     Some(Command::Shutdown(done)) => {
                         self.shutdown.get_or_insert_with(Vec::new).push(done);
                         session.shutdown();
@@ -551,15 +555,23 @@ impl Supervisor {
 }
 
 /// The calls on the current worker and their repliers.
+/// How a completed call went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Completion {
+    /// Its caller has its outcome (or will, once the worker is reaped).
+    Answered,
+    /// The worker's response did not decode: its caller got `Decode`, and the worker lied.
+    Lied,
+}
+
 struct Link {
-    responders: HashMap<CallId, (u64, oneshot::Sender<CallReply>)>,
+    responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>)>,
     keys: HashMap<u64, CallId>,
     /// Calls lost when the session closed, answered once the worker is reaped.
     lost: Vec<oneshot::Sender<CallReply>>,
     /// Calls that timed out: answered once the worker is reaped, so a caller that sees
     /// `Timeout` knows the worker that missed the deadline is already dead.
     timed_out: Vec<oneshot::Sender<CallReply>>,
-    generation: u64,
 }
 
 impl Link {
@@ -572,7 +584,8 @@ impl Link {
         match session.begin_call(call.method, call.body, call.deadline, rng) {
             Ok(id) => {
                 self.keys.insert(call.key, id);
-                self.responders.insert(id, (call.key, call.reply));
+                self.responders
+                    .insert(id, (call.key, call.decode, call.reply));
             }
             Err(err) => fail(
                 call.reply,
@@ -591,36 +604,45 @@ impl Link {
         }
     }
 
-    fn complete(&mut self, id: CallId, outcome: Outcome) {
-        let Some((key, reply)) = self.responders.remove(&id) else {
-            return;
+    fn complete(
+        &mut self,
+        id: CallId,
+        outcome: Outcome,
+        limits: &airlock_codec::Limits,
+    ) -> Completion {
+        let Some((key, decode, reply)) = self.responders.remove(&id) else {
+            return Completion::Answered;
         };
         self.keys.remove(&key);
         let answer = match outcome {
-            Outcome::Returned(body) => CallReply::Returned {
-                body,
-                generation: self.generation,
+            Outcome::Returned(body) => match decode(&body, limits) {
+                Ok(value) => CallReply::Returned(value),
+                Err(err) => {
+                    let _ = reply.send(CallReply::Failed(CallError::Decode(err)));
+                    return Completion::Lied;
+                }
             },
             Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
             Outcome::TimedOut => {
                 self.timed_out.push(reply);
-                return;
+                return Completion::Answered;
             }
             Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
             Outcome::Lost(_) => {
                 self.lost.push(reply);
-                return;
+                return Completion::Answered;
             }
             _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
         };
         let _ = reply.send(answer);
+        Completion::Answered
     }
 
     fn fail_all(&mut self, reason: &LostReason) {
         for reply in self.timed_out.drain(..) {
             let _ = reply.send(CallReply::Failed(CallError::Timeout));
         }
-        let remaining = self.responders.drain().map(|(_, (_, reply))| reply);
+        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
         for reply in self.lost.drain(..).chain(remaining) {
             let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
         }

@@ -183,15 +183,12 @@ impl Method for After {
     type Response = u64;
 }
 
-/// host.rs:250 says of an undecodable response: "it is killed before it can answer anything
-/// else". It is not: the decode happens in the caller's task and the `Abort` travels back
-/// through the command channel, while the supervisor keeps delivering frames the liar already
-/// sent. Here the liar answers `lie` with bytes that are not a `u64`, then answers `after`
-/// immediately; `after` is delivered as a success. (Within the stated residual — the liar could
-/// have lied in `after`'s answer anyway — but the documented guarantee does not hold.)
+/// A response that does not decode is caught where its frame is accepted, with the method's
+/// own decoder, so the liar is cut off before the host takes another frame from it. Here it
+/// answers `lie` with bytes that are not a `u64`, then answers `after` at once; `after` must
+/// not be delivered as a success.
 #[tokio::test]
-#[ignore = "documented residual (SECURITY.md: answer other calls briefly after lying); the host.rs comment now says so"]
-async fn residual_a_liar_is_cut_off_before_it_answers_a_sibling() {
+async fn a_liar_is_cut_off_before_it_answers_a_sibling() {
     let host = InProcess::new(|| {
         let notify = Arc::new(tokio::sync::Notify::new());
         let signal = Arc::clone(&notify);

@@ -1688,6 +1688,8 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
 
     // Every attack the rogue can make mid-session, one after the other on the same slot.
     let mut pid = hostile.call::<Pid>(&()).await.unwrap();
+    // What each strike did, and the restarts counted when it ended: printed if the count is off.
+    let mut outcomes = Vec::new();
     for &scenario in STRIKES_AT_A_CALL {
         if scenario == SURVIVABLE {
             // Answered after its flood, however long a loaded machine takes to drain it: the
@@ -1698,9 +1700,10 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
             assert!(answered.is_ok(), "{scenario}: {answered:?}");
             continue;
         }
-        let _ = hostile
+        let outcome = hostile
             .call_with_deadline::<Misbehave>(&scenario.to_string(), soon(300))
             .await;
+        outcomes.push((scenario, format!("{outcome:?}"), hostile.stats().restarts));
         // Wait for the hostile worker to be replaced.
         let started = Instant::now();
         loop {
@@ -1731,7 +1734,11 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     assert!(calm.violations.is_empty());
     assert_eq!(calm.calls_ok, calm.calls_started);
     let stormy = hostile.stats();
-    assert_eq!(stormy.restarts, STRIKES_AT_A_CALL.len() as u64 - 1);
+    assert_eq!(
+        stormy.restarts,
+        STRIKES_AT_A_CALL.len() as u64 - 1,
+        "one restart per fatal strike: {outcomes:#?}"
+    );
     for code in [ViolationCode::UnknownCallId, ViolationCode::FrameTooLarge] {
         assert!(stormy.violations.contains_key(&code), "{code:?}");
     }
