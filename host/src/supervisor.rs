@@ -375,12 +375,12 @@ impl Supervisor {
                             link.begin(&mut session, call, &mut self.rng);
                         }
                     }
-                    Event::Completed { id, outcome } => {
-                        // A response that does not decode is a lie: the worker is cut off
-                        // here, before the session takes another frame from it.
-                        if link.complete(id, outcome, &limits) == Completion::Lied {
-                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-                        }
+                    // A response that does not decode is a lie: the worker is cut off here,
+                    // before the session takes another frame from it.
+                    Event::Completed { id, outcome }
+                        if link.complete(id, outcome, &limits) == Completion::Lied =>
+                    {
+                        session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
                     }
                     Event::Closed(reason) => closed = Some(reason),
                     _ => {}
