@@ -375,12 +375,13 @@ impl Supervisor {
                             link.begin(&mut session, call, &mut self.rng);
                         }
                     }
-                    // A response that does not decode is a lie: the worker is cut off here,
-                    // before the session takes another frame from it.
-                    Event::Completed { id, outcome }
-                        if link.complete(id, outcome, &limits) == Completion::Lied =>
-                    {
-                        session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                    Event::Completed { id, outcome } => {
+                        // A response that does not decode is a lie: the worker is cut off
+                        // here, before the session takes another frame from it.
+                        let completion = link.complete(id, outcome, &limits);
+                        if completion == Completion::Lied {
+                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                        }
                     }
                     Event::Closed(reason) => closed = Some(reason),
                     _ => {}
