@@ -137,7 +137,12 @@ impl HostBuilder {
                  host's user can"
             );
         }
-        Host::start(self.settings, Launcher::Process).await
+        let mut settings = self.settings;
+        if settings.confinement.is_confined() {
+            let program = crate::confinement::resolve_program(&settings.program, &settings.env)?;
+            settings.confinement.pin(program)?;
+        }
+        Host::start(settings, Launcher::Process).await
     }
 
     pub(crate) async fn spawn_with(self, launcher: Launcher) -> Result<Host, SpawnError> {
@@ -333,7 +338,7 @@ impl Host {
     }
 
     /// The pid of the current worker process as this host sees it (inside its own PID
-    /// namespace a confined worker is pid 1), `None` in-process or before the first spawn.
+    /// namespace a confined worker is pid 2, under the sandbox's init), `None` in-process or before the first spawn.
     /// It changes when the supervisor replaces the worker.
     pub fn worker_pid(&self) -> Option<u32> {
         match self.shared.counters.worker_pid.load(Ordering::Relaxed) {

@@ -284,7 +284,8 @@ fn remove_cgroup(cgroup: &mut Option<crate::confinement::WorkerCgroup>) {
 }
 
 /// SIGKILLs the worker and everything it started: through its pidfd when it runs in
-/// namespaces (PID 1 of its namespace: the kernel kills the rest), else its process group.
+/// namespaces (its init then exits, and the kernel kills the rest of the PID namespace), else
+/// its process group.
 pub(crate) fn kill_worker(pid: u32, pidfd: Option<&std::os::fd::OwnedFd>) {
     match pidfd {
         Some(pidfd) => {

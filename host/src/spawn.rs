@@ -192,7 +192,7 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
     match spawn_once(settings, Some(true)).await {
         Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
             if settings.confinement.mode() == ConfinementMode::BestEffort
-                && namespace_step(step) =>
+                && namespace_step(step, &source) =>
         {
             tracing::warn!(
                 target: "airlock::confinement",
@@ -202,7 +202,7 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
             spawn_once(settings, Some(false)).await
         }
         Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
-            if namespace_step(step) =>
+            if namespace_step(step, &source) =>
         {
             Err(SpawnError::Confinement(ConfinementError::Unsupported {
                 feature: crate::Feature::Namespaces,
@@ -213,11 +213,16 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
     }
 }
 
-/// Steps that fail when the kernel does not let this host create namespaces. Only these make
-/// `best_effort` start without them: a failure to copy a path or build the root is about the
-/// paths (which something else may control), not the kernel, and stays an error.
-fn namespace_step(step: ConfinementStep) -> bool {
-    matches!(step, ConfinementStep::CreateNamespaces)
+/// A failure that means the kernel does not let this host create namespaces: only these make
+/// `best_effort` start without them. A failure to copy a path or build the root is about the
+/// paths (which something else may control), and a transient one (EAGAIN, ENOMEM: a sibling
+/// near the process limit could cause it) is not the kernel refusing; both stay errors.
+fn namespace_step(step: ConfinementStep, source: &std::io::Error) -> bool {
+    step == ConfinementStep::CreateNamespaces
+        && matches!(
+            source.raw_os_error(),
+            Some(libc::EPERM | libc::EINVAL | libc::ENOSYS | libc::ENOSPC | libc::EUSERS)
+        )
 }
 
 /// One attempt. `namespaces`: `None` unconfined, else whether to create namespaces.
@@ -339,26 +344,32 @@ fn verified(
         return Ok((keeper, None, report));
     }
     let reports = prepared.read_reports();
-    let pid = reports
+    let init = reports
         .worker_pid
         .and_then(|p| u32::try_from(p).ok())
         .ok_or(ConfinementError::Verification {
-            check: "worker pid",
+            check: "init pid",
             expected: "reported by the keeper".into(),
             found: "nothing".into(),
         })?;
-    // The pidfd first, then the check that its process is the keeper's child: a pid the
-    // worker freed by exiting could have been taken by anything since.
-    let pidfd = rustix::process::Pid::from_raw(pid as i32)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-    let Some(pidfd) = pidfd else {
+    // Pidfds first, then the checks that each process is the child it should be: a pid freed
+    // by an exit could have been taken by anything since. The worker's pidfd is how the host
+    // kills it; init then reports its status and exits, which takes the whole PID namespace.
+    let _init_fd = pidfd_of(init)?;
+    if ppid_of(init) != Some(keeper) {
         return Err(ConfinementError::Verification {
-            check: "pidfd",
-            expected: "the worker alive".into(),
-            found: "gone".into(),
+            check: "PPid of init",
+            expected: keeper.to_string(),
+            found: format!("{:?}", ppid_of(init)),
         });
-    };
-    let report = crate::confinement::verify_spawned(pid, Some(keeper), &prepared.expected)?;
+    }
+    let pid = worker_of(init).ok_or(ConfinementError::Verification {
+        check: "/proc/<init>/task/<init>/children",
+        expected: "the worker".into(),
+        found: "no child".into(),
+    })?;
+    let worker_fd = pidfd_of(pid)?;
+    let report = crate::confinement::verify_spawned(pid, Some(init), &prepared.expected)?;
     if let Some(cgroup) = &prepared.cgroup {
         if !cgroup.holds(pid) {
             return Err(ConfinementError::Verification {
@@ -368,7 +379,37 @@ fn verified(
             });
         }
     }
-    Ok((pid, Some(pidfd), report))
+    Ok((pid, Some(worker_fd), report))
+}
+
+fn pidfd_of(pid: u32) -> Result<OwnedFd, ConfinementError> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+        .ok_or(ConfinementError::Verification {
+            check: "pidfd",
+            expected: "the process alive".into(),
+            found: "gone".into(),
+        })
+}
+
+fn ppid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The worker: init's one child (init forks nothing else), as this host numbers it.
+fn worker_of(init: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A connected channel.

@@ -216,23 +216,35 @@ pub(crate) fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Closes every descriptor of this process but `keep` (-1: none). Between fork and `exec`.
-pub(crate) fn close_all_but(keep: RawFd) {
+/// Closes every descriptor of this process but those in `keep` (negative entries: none).
+/// Between fork and `exec`: no allocation (the list is sorted on the stack).
+pub(crate) fn close_all_except(keep: &[RawFd]) {
+    let mut sorted = [u32::MAX; 4];
+    let mut n = 0;
+    for fd in keep
+        .iter()
+        .copied()
+        .filter(|fd| *fd >= 0)
+        .take(sorted.len())
+    {
+        sorted[n] = fd as u32;
+        n += 1;
+    }
+    sorted[..n].sort_unstable();
     let close = |first: u32, last: u32| {
         if first <= last {
             // SAFETY: a plain system call on integers; closing descriptors this child owns.
             unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
         }
     };
-    if keep < 0 {
-        close(0, u32::MAX);
-    } else {
-        let keep = keep as u32;
-        if keep > 0 {
-            close(0, keep - 1);
+    let mut next = 0u32;
+    for fd in &sorted[..n] {
+        if *fd > next {
+            close(next, fd - 1);
         }
-        close(keep + 1, u32::MAX);
+        next = fd.saturating_add(1);
     }
+    close(next, u32::MAX);
 }
 
 /// Ends this process by `signal` (its default action), as the process it mirrors ended; if
@@ -261,5 +273,20 @@ where
     // into the plan it owns (a copy in the child), no allocation, no lock (see the caller).
     unsafe {
         command.pre_exec(step);
+    }
+}
+
+/// A new cgroup namespace for this process, rooted at its current cgroup.
+pub(crate) fn unshare_cgroup_namespace() -> Result<(), rustix::io::Errno> {
+    // SAFETY: unshare(CLONE_NEWCGROUP) shares or copies no memory or descriptor table; it
+    // only gives this process a namespace of its own.
+    if unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } == 0 {
+        Ok(())
+    } else {
+        Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
+        ))
     }
 }

@@ -68,7 +68,7 @@ pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
 }
 
 /// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is the
-/// name a confined rogue took (`air-<hex>`; it is pid 1 inside its own PID namespace).
+/// name a confined rogue took (`air-<hex>`; its pid inside its own PID namespace names nothing here).
 pub const PID_MAX_LIMIT: u32 = 1 << 22;
 
 /// True if a process with this pid exists and is not a zombie (from `/proc/<pid>/stat`); for
@@ -157,7 +157,7 @@ impl Drop for ScratchDir {
 
 /// The pid, as this host sees it, of the worker that answers a `Pid` call now: the call
 /// proves that worker is up and serving, and the host says which process it is (a confined
-/// worker is pid 1 in its own PID namespace, so its own answer names nothing out here).
+/// worker is pid 2 in its own PID namespace, so its own answer names nothing out here).
 pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::CallError> {
     host.call::<airlock_worker::builtin::Pid>(&())
         .await

@@ -365,20 +365,20 @@ fn unique_payload(seed: u64, task: usize, i: usize, rng: &mut Rng) -> ByteBuf {
     ByteBuf::from(bytes)
 }
 
-/// True if `pid` is a worker of this process: its child, or (confined) its child's, the
-/// keeper's.
+/// True if `pid` is a worker of this process: its child, or (confined) its child's child's,
+/// through the keeper and the namespace's init.
 fn is_my_child(pid: u32) -> bool {
-    let me = std::process::id().to_string();
-    let parent = |pid: u32| stat_fields(pid).and_then(|f| f.get(1).cloned());
-    match parent(pid) {
-        Some(p) if p == me => true,
-        Some(p) => p
-            .parse()
-            .ok()
-            .and_then(parent)
-            .is_some_and(|grandparent| grandparent == me),
-        None => false,
+    let me = std::process::id();
+    let parent = |pid: u32| stat_fields(pid).and_then(|f| f.get(1)?.parse::<u32>().ok());
+    let mut ancestor = parent(pid);
+    for _ in 0..3 {
+        match ancestor {
+            Some(p) if p == me => return true,
+            Some(p) => ancestor = parent(p),
+            None => return false,
+        }
     }
+    false
 }
 
 fn all_pids() -> Vec<u32> {

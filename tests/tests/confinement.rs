@@ -340,11 +340,17 @@ async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
     let host = Host::builder(attack_bin()).spawn().await.unwrap();
     let worker = host.worker_pid().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{worker}/status")).unwrap();
-    let keeper: u32 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("PPid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
+    let parent_of = |pid: u32| -> u32 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    assert!(status.contains("PPid:"));
+    // worker → init → keeper.
+    let keeper = parent_of(parent_of(worker));
     // The keeper is a fork of this host: a core of it would hold the host's memory.
     let limits = std::fs::read_to_string(format!("/proc/{keeper}/limits")).unwrap();
     let core = limits
@@ -458,8 +464,9 @@ open({out:?}, "w").write(repr(sorted(results.items())))
         confined.contains("('CapEff', '0000000000000000')"),
         "{confined}"
     );
+    // Its own PID namespace, whose init (pid 1) is the host's code.
     assert!(
-        confined.contains("('pid', '1')"),
+        confined.contains("('pid', '2')"),
         "its own PID namespace: {confined}"
     );
     // The host's two filters, and none of the worker library's (it is not built on it).
@@ -522,4 +529,71 @@ fn which(program: &str) -> std::io::Result<std::path::PathBuf> {
         .map(|dir| std::path::Path::new(dir).join(program))
         .find(|p| p.exists())
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+}
+
+/// A worker cannot redirect what its replacement is granted: it swaps a read-only grant that
+/// lies under its read-write grant for a symlink to a host secret, then crashes. Resolved
+/// afresh, the grant would now hand the replacement the secret (shown with a new host); the
+/// host pinned what the grant named at its first spawn, and refuses the swapped path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_redirect_its_replacements_grants() {
+    // dir (read-write) holds sub/inner (read-only); the secret is elsewhere, as `inner` too.
+    let dir = ScratchDir::new("confinement-pin");
+    airlock_tests::e2e::share_with_worker(&dir);
+    let sub = dir.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    airlock_tests::e2e::share_with_worker(&sub);
+    let inner = sub.join("inner");
+    std::fs::write(&inner, "innocent").unwrap();
+    let secret_dir = ScratchDir::new("confinement-pin-secret");
+    airlock_tests::e2e::share_with_worker(&secret_dir);
+    let secret = secret_dir.join("inner");
+    std::fs::write(&secret, "the host's secret").unwrap();
+    let policy = || Confinement::strict().read_write(&*dir).read_only(&inner);
+    let read_secret = ("read".to_string(), secret.display().to_string());
+    // A worker in another language has no allowlist of its own to stop the symlink.
+    let worker = || {
+        Host::builder(attack_bin())
+            .arg(NO_SELF_FILTER)
+            .confinement(policy())
+    };
+
+    let host = worker()
+        .restart_policy(airlock_host::RestartPolicy {
+            max_restarts: 3,
+            initial_backoff: Duration::from_millis(1),
+            ..Default::default()
+        })
+        .spawn()
+        .await
+        .unwrap();
+    assert!(
+        host.call::<Attack>(&read_secret).await.is_err(),
+        "not granted yet"
+    );
+    let swap = format!("{}|{}", secret_dir.display(), sub.display());
+    assert_eq!(
+        host.call::<Attack>(&("symlink".to_string(), swap)).await,
+        Ok("replaced".to_string())
+    );
+    let _ = host
+        .call::<Attack>(&("crash".to_string(), String::new()))
+        .await;
+
+    // Live: a policy resolved afresh now grants the secret.
+    let fresh = worker().spawn().await.unwrap();
+    assert_eq!(
+        fresh.call::<Attack>(&read_secret).await,
+        Ok("the host's secret".to_string()),
+        "resolved afresh, the swapped grant must hand over the secret, or this proves nothing"
+    );
+    fresh.shutdown().await;
+
+    // The pinned host refuses to start a replacement on the swapped path.
+    let after = host.call::<Attack>(&read_secret).await;
+    assert!(
+        !matches!(after, Ok(ref s) if s.contains("secret")),
+        "the replacement was handed the secret: {after:?}"
+    );
+    host.shutdown().await;
 }

@@ -84,8 +84,32 @@ fn host_process_role() {
                 .call::<airlock_tests::attack::Attack>(&("stall".into(), "60".into()))
                 .await;
         });
+        // A second attacker becomes `sleep` through a thread's `execve`, which drops the
+        // parent-death signal the sandbox set: its PID namespace must still end it.
+        let execer = Host::builder(airlock_tests::e2e::attack_bin())
+            .arg(airlock_tests::attack::NO_SELF_FILTER)
+            .spawn()
+            .await
+            .unwrap();
+        let execer_pid = execer.worker_pid().unwrap();
+        let exec = execer.clone();
+        tokio::spawn(async move {
+            let _ = exec
+                .call::<airlock_tests::attack::Attack>(&("exec_from_thread".into(), String::new()))
+                .await;
+        });
+        let mut became_sleep = false;
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            became_sleep = std::fs::read_to_string(format!("/proc/{execer_pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep");
+            if became_sleep {
+                break;
+            }
+        }
+        assert!(became_sleep, "the attacker did not become sleep");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        println!("{REPORT} {worker_pid} {rogue_pid} {confined_pid} {attacker_pid}");
+        println!("{REPORT} {worker_pid} {rogue_pid} {confined_pid} {attacker_pid} {execer_pid}");
         tokio::time::sleep(Duration::from_secs(60)).await;
     });
 }
@@ -155,17 +179,18 @@ fn a_killed_host_process_takes_its_workers_with_it() {
                 .collect();
         }
     };
-    assert_eq!(workers.len(), 4);
+    assert_eq!(workers.len(), 5);
     let host_pid = host.0.id();
     let parent_of = |pid: u32| -> u32 { stat_fields(pid).unwrap()[1].parse().unwrap() };
     for (i, &pid) in workers.iter().enumerate() {
         // Live: each worker runs, and is the host process's child (unconfined) or its
         // keeper's (confined), not ours.
         assert!(process_alive(pid), "worker {pid} is not running");
+        // Confined: worker → init → keeper → host.
         let parent = if i < 2 {
             parent_of(pid)
         } else {
-            parent_of(parent_of(pid))
+            parent_of(parent_of(parent_of(pid)))
         };
         assert_eq!(parent, host_pid, "worker {pid} is not the host's");
     }

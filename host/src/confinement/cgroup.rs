@@ -114,6 +114,40 @@ fn find_parent() -> Option<Parent> {
     })
 }
 
+/// How old an empty `airlock-*` cgroup must be before a host removes it as left behind by a
+/// host that died (younger ones may be another host's, about to be joined).
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Once per process: removes empty `airlock-*` cgroups older than [`STALE_AFTER`] under
+/// `parent`, left by hosts that were killed before they could. The kernel refuses to remove
+/// one that still holds a task, so a live worker's is never touched.
+fn sweep_once(parent: &Parent) {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let dirs: Vec<&Path> = match parent {
+            Parent::V2(dir) => vec![dir],
+            Parent::V1 { memory, pids } => vec![memory, pids],
+        };
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let stale = entry.file_name().to_string_lossy().starts_with("airlock-")
+                    && entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > STALE_AFTER);
+                if stale {
+                    let _ = std::fs::remove_dir(entry.path());
+                }
+            }
+        }
+    });
+}
+
 fn random_name() -> Option<OsString> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).ok()?;
@@ -134,7 +168,9 @@ impl WorkerCgroup {
         processes: Option<u64>,
     ) -> Option<(Self, CgroupJoin)> {
         let name = random_name()?;
-        let (dirs, settings): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match find_parent()? {
+        let parent = find_parent()?;
+        sweep_once(&parent);
+        let (dirs, settings): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match parent {
             Parent::V2(parent) => {
                 let dir = parent.join(&name);
                 let mut settings = Vec::new();
@@ -152,6 +188,9 @@ impl WorkerCgroup {
                 let mut settings = Vec::new();
                 if let Some(bytes) = memory {
                     settings.push((mdir.join("memory.limit_in_bytes"), bytes.to_string()));
+                    // Memory plus swap, where swap is accounted: the worker cannot swap past
+                    // its limit. (Set after the memory limit, which it may not be below.)
+                    settings.push((mdir.join("memory.memsw.limit_in_bytes"), bytes.to_string()));
                 }
                 if let Some(n) = processes {
                     settings.push((pdir.join("pids.max"), n.to_string()));

@@ -1,16 +1,19 @@
-//! What runs between fork and `exec`: the keeper creates the worker in its namespaces, the
-//! worker builds its root and locks itself down, in this order:
+//! What runs between fork and `exec`: the keeper creates init in the worker's namespaces,
+//! init builds the sandbox and locks itself down, then forks the worker, in this order:
 //!
 //! ```text
-//! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ worker (PID 1 of its namespace)
-//!                  │ write uid/gid maps            │ parent-death signal, wait for "go"
-//!                  │ "go", report the worker's pid │ copy granted paths (open_tree)
-//!                  │ close every descriptor        │ become uid/gid (root host: nobody)
-//!                  │ wait, exit with its status    │ build root, pivot_root, read-only
-//!                  ▼                               │ hostname, session, rlimits
-//!                                                  │ drop capabilities, no_new_privs
-//!                                                  │ Landlock, seccomp
-//!                                                  ▼ exec
+//! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──fork──▶ worker (PID 2)
+//!                  │ write uid/gid maps          │ parent-death signal,   │ own session
+//!                  │ cgroup, oom_score_adj        │   wait for "go"        ▼ exec
+//!                  │ "go", report init's pid      │ cgroup namespace
+//!                  │ close every descriptor       │ copy granted paths (open_tree)
+//!                  │ wait; end as the worker did  │ become uid/gid (root host: nobody),
+//!                  ▼                              │   parent-death signal again
+//!                                                 │ build root, pivot_root, read-only
+//!                                                 │ hostname, rlimits, no capabilities
+//!                                                 │ no_new_privs, Landlock, seccomp
+//!                                                 │ fork the worker, close everything
+//!                                                 ▼ reap; report the worker's status; exit
 //! ```
 //!
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
@@ -51,7 +54,7 @@ impl ChildPlan {
         let pid = crate::sys::clone_into_namespaces(super::namespaces::CLONE_FLAGS)
             .map_err(|e| (ConfinementStep::CreateNamespaces, e))?;
         if pid == 0 {
-            return self.worker();
+            return self.init();
         }
         self.identity
             .write_maps(pid)
@@ -69,9 +72,11 @@ impl ChildPlan {
         self.report(REPORT_PID, 0, pid);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
         // exit is the end of its streams), not the report pipe. Only `go`, whose closing tells
-        // the worker the keeper is gone.
-        let keep_fd = go.as_ref().map(|fd| fd.as_raw_fd()).unwrap_or(-1);
-        crate::sys::close_all_but(keep_fd);
+        // init the keeper is gone, and the read end of init's status pipe.
+        self.status_write = None;
+        let status = self.status_read.take();
+        let fd = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
+        crate::sys::close_all_except(&[fd(&go), fd(&status)]);
         // The keeper is a copy of the host: if it ever dumped core (it re-raises the signal
         // that killed the worker), the dump would hold the host's memory.
         let _ = rustix::process::setrlimit(
@@ -88,13 +93,24 @@ impl ChildPlan {
                 rustix::process::Pid::from_raw(pid),
                 rustix::process::WaitOptions::empty(),
             ) {
-                Ok(Some((_, status))) => {
-                    if let Some(code) = status.exit_status() {
-                        crate::sys::exit_now(code);
+                Ok(Some((_, init_status))) => {
+                    // The worker's own status, if init reported it; else init's.
+                    let mut raw = [0u8; 4];
+                    let reported = status
+                        .as_ref()
+                        .is_some_and(|fd| rustix::io::read(fd, &mut raw) == Ok(4));
+                    let ended = if reported {
+                        i32::from_le_bytes(raw)
+                    } else {
+                        init_status.as_raw()
+                    };
+                    if libc::WIFEXITED(ended) {
+                        crate::sys::exit_now(libc::WEXITSTATUS(ended));
                     }
-                    if let Some(signal) = status.terminating_signal() {
-                        crate::sys::die_by_signal(signal);
+                    if libc::WIFSIGNALED(ended) {
+                        crate::sys::die_by_signal(libc::WTERMSIG(ended));
                     }
+                    crate::sys::exit_now(127);
                 }
                 Err(Errno::INTR) => continue,
                 _ => crate::sys::exit_now(127),
@@ -102,10 +118,15 @@ impl ChildPlan {
         }
     }
 
-    /// The worker, PID 1 of its namespaces, still running the host's code.
-    fn worker(&mut self) -> StepResult {
+    /// PID 1 of the worker's namespaces, still running the host's code: it builds the sandbox,
+    /// locks itself down, then forks the worker (PID 2), which goes on to `exec`, and stays as
+    /// the namespace's init. An init that never execs keeps its parent-death signal whatever
+    /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
+    /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
+    fn init(&mut self) -> StepResult {
         use ConfinementStep::Synchronise;
         self.go_write = None;
+        self.status_read = None;
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
             .map_err(|e| (Synchronise, e))?;
         let Some(go) = self.go_read.take() else {
@@ -118,6 +139,8 @@ impl ChildPlan {
             Err(e) => return Err((Synchronise, e)),
         }
         keeper_alive(&go)?;
+        // The keeper has moved this process into its cgroup: a cgroup namespace rooted there.
+        crate::sys::unshare_cgroup_namespace().map_err(|e| (ConfinementStep::Cgroup, e))?;
         if let Some(mounts) = &mut self.mounts {
             mounts.copy_sources()?;
         }
@@ -133,10 +156,35 @@ impl ChildPlan {
             mounts.build_and_enter()?;
         }
         let _ = rustix::system::sethostname(b"airlock");
-        super::process::own_session()?;
         self.limits.apply()?;
         super::process::drop_capabilities()?;
-        self.lock_down(true)
+        self.lock_down(true)?;
+        let worker = crate::sys::clone_into_namespaces(0)
+            .map_err(|e| (ConfinementStep::CreateNamespaces, e))?;
+        if worker == 0 {
+            // The worker: a session of its own, then `exec`.
+            return super::process::own_session();
+        }
+        // Init: hold nothing of the host's (the channel, stdio and the spawn's error pipe
+        // close with the worker's `exec`), reap whatever is orphaned here, and end as the
+        // worker ends.
+        drop(go);
+        let status = self.status_write.take();
+        crate::sys::close_all_except(&[status.as_ref().map_or(-1, |f| f.as_raw_fd())]);
+        loop {
+            match rustix::process::wait(rustix::process::WaitOptions::empty()) {
+                Ok(Some((pid, ended))) if pid.as_raw_nonzero().get() == worker => {
+                    // Init cannot die by the worker's signal (PID 1 ignores its own): the
+                    // keeper, told the status, ends as the worker did.
+                    if let Some(fd) = &status {
+                        let _ = rustix::io::write(fd, &ended.as_raw().to_le_bytes());
+                    }
+                    crate::sys::exit_now(ended.exit_status().unwrap_or(127));
+                }
+                Ok(_) | Err(Errno::INTR) => continue,
+                Err(_) => crate::sys::exit_now(127),
+            }
+        }
     }
 
     /// Without namespaces (best effort): the forked child confines itself in place.
@@ -148,6 +196,10 @@ impl ChildPlan {
         }
         self.limits.apply()?;
         // A root host still holds CAP_SETPCAP here: the bounding set goes before the uid.
+        // Before the uid changes: after it the process is not dumpable and its /proc files
+        // are root's. (A root host also sets the floor the worker cannot go under.)
+        super::namespaces::prefer_for_oom_kill(0)
+            .map_err(|e| (ConfinementStep::ResourceLimits, e))?;
         if self.identity.host_is_root {
             super::process::drop_bounding_set()?;
         }
@@ -160,8 +212,6 @@ impl ChildPlan {
         if rustix::process::getppid() != Some(self.host) {
             return Err((ConfinementStep::Synchronise, Errno::SRCH));
         }
-        super::namespaces::prefer_for_oom_kill(0)
-            .map_err(|e| (ConfinementStep::ResourceLimits, e))?;
         super::process::clear_capability_sets()?;
         if let Some(cwd) = &self.cwd {
             rustix::process::chdir(cwd.as_c_str())

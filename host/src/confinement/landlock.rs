@@ -14,8 +14,8 @@
 use std::path::Path;
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 use rustix::io::Errno;
 
@@ -93,7 +93,23 @@ pub(crate) fn plan(
         .map_err(unsupported)?;
     for grant in grants {
         let access = access_for(abi, grant.writable, grant.is_dir);
-        let fd = PathFd::new(&grant.path).map_err(|e| rule_error(&grant.path, e))?;
+        let fd = rustix::fs::open(
+            &grant.path,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| rule_error(&grant.path, e))?;
+        if let Some((dev, ino)) = grant.identity {
+            let found = rustix::fs::fstat(&fd).map_err(|e| rule_error(&grant.path, e))?;
+            if found.st_dev != dev || found.st_ino != ino {
+                return Err(ConfinementError::Path {
+                    path: grant.path.clone(),
+                    source: std::io::Error::other(
+                        "it names another file than when the host first spawned (replaced since)",
+                    ),
+                });
+            }
+        }
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| rule_error(&grant.path, e))?;

@@ -40,5 +40,5 @@ pub use policy::{
 pub use report::ConfinementReport;
 
 pub(crate) use cgroup::WorkerCgroup;
-pub(crate) use plan::{prepare, Prepared, SpawnInputs};
+pub(crate) use plan::{prepare, resolve_program, Prepared, SpawnInputs};
 pub(crate) use verify::{verify_spawned, verify_worker_filter};

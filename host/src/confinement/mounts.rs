@@ -71,6 +71,8 @@ struct Bind {
     ancestors: Vec<CString>,
     is_dir: bool,
     writable: bool,
+    /// What the source must still be (see [`Grant::identity`]).
+    identity: Option<(u64, u64)>,
     /// The copy taken by `copy_sources`.
     tree: Option<OwnedFd>,
 }
@@ -84,6 +86,8 @@ pub(crate) struct Grant {
     pub(crate) writable: bool,
     /// A directory (else a file).
     pub(crate) is_dir: bool,
+    /// The `(dev, ino)` it must still name (pinned at the first spawn), if any.
+    pub(crate) identity: Option<(u64, u64)>,
 }
 
 /// Everything the child needs to build the worker's root and enter it.
@@ -153,6 +157,7 @@ impl MountTable {
                     path: path.to_path_buf(),
                     writable: false,
                     is_dir: meta.is_dir(),
+                    identity: None,
                 }),
                 Err(_) => {}
             }
@@ -162,6 +167,7 @@ impl MountTable {
                 path: PathBuf::from(device),
                 writable: true,
                 is_dir: false,
+                identity: None,
             });
         }
         // A grant inside a tree already bound with the same access adds nothing.
@@ -184,6 +190,7 @@ impl MountTable {
                 ancestors: staged_ancestors(&grant.path).map_err(|_| bad())?,
                 is_dir: grant.is_dir,
                 writable: grant.writable,
+                identity: grant.identity,
                 tree: None,
             });
         }
@@ -233,6 +240,13 @@ impl MountTable {
                     | OpenTreeFlags::AT_RECURSIVE,
             )
             .map_err(|e| (ConfinementStep::CopyPath, e))?;
+            if let Some((dev, ino)) = bind.identity {
+                let found = rustix::fs::fstat(&tree).map_err(|e| (ConfinementStep::CopyPath, e))?;
+                if found.st_dev != dev || found.st_ino != ino {
+                    // The path names something else than it did: refuse, never follow.
+                    return Err((ConfinementStep::CopyPath, Errno::XDEV));
+                }
+            }
             bind.tree = Some(tree);
         }
         Ok(())
@@ -291,7 +305,7 @@ impl MountTable {
             } else {
                 match rustix::fs::open(
                     bind.target.as_c_str(),
-                    OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC,
+                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
                     Mode::from_raw_mode(0o644),
                 ) {
                     Ok(_) | Err(Errno::EXIST) | Err(Errno::ROFS) => {}

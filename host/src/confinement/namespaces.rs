@@ -1,11 +1,12 @@
 //! The worker's namespaces and the identity it has in them.
 //!
-//! The process the host forks (the *keeper*) creates the worker with one `clone`:
-//! new user, PID, mount, network, IPC, UTS and cgroup namespaces. The worker is PID 1 of its
-//! PID namespace, so when it dies the kernel kills everything it started, and it cannot name
-//! any process outside. The keeper stays outside, in the host's namespaces: it writes the
-//! worker's uid and gid maps (only a process outside a user namespace may map ids other than
-//! its own), then waits for the worker and exits with its status, so the host sees the
+//! The process the host forks (the *keeper*) creates the sandbox's init with one `clone`:
+//! new user, PID, mount, network, IPC and UTS namespaces (init adds a cgroup namespace once
+//! it is in its cgroup). Init, the host's own code, is PID 1 and never execs; it forks the
+//! worker (PID 2). When init dies the kernel kills everything in the namespace, and nothing
+//! there can name a process outside. The keeper stays outside, in the host's namespaces: it
+//! writes the uid and gid maps (only a process outside a user namespace may map ids other
+//! than its own), then waits and exits with the worker's status, so the host sees the
 //! worker's end as its child's.
 //!
 //! Identity: the worker's uid as the host sees it is never root. A root host maps the worker
@@ -19,14 +20,14 @@ use rustix::io::Errno;
 /// The uid and gid a root host's workers run as: `nobody`/`nogroup`.
 pub(crate) const NOBODY: u32 = 65534;
 
-/// The namespaces a worker gets.
+/// The namespaces a worker gets at once (its cgroup namespace comes later, once the keeper
+/// has moved it into its cgroup).
 pub(crate) const CLONE_FLAGS: i32 = libc::CLONE_NEWUSER
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWCGROUP;
+    | libc::CLONE_NEWUTS;
 
 /// The namespace links the host compares with its own, with what each one proves.
 pub(crate) const CHECKED_NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "net", "ipc", "uts"];

@@ -36,6 +36,9 @@ pub(crate) struct ChildPlan {
     pub(crate) report: OwnedFd,
     pub(crate) go_read: Option<OwnedFd>,
     pub(crate) go_write: Option<OwnedFd>,
+    /// Init → keeper: the worker's raw wait status, so the keeper ends as the worker did.
+    pub(crate) status_read: Option<OwnedFd>,
+    pub(crate) status_write: Option<OwnedFd>,
     /// The worker's cgroup, to join before it runs anything.
     pub(crate) cgroup: Option<super::cgroup::CgroupJoin>,
     /// The host's pid, for a child confined in place to check it still has its parent.
@@ -56,7 +59,7 @@ pub(crate) struct Prepared {
 
 /// A path the worker program will be found at, without a search through `PATH` in the child
 /// (which would look in the worker's root, or in the host's before it exists).
-fn resolve_program(
+pub(crate) fn resolve_program(
     program: &Path,
     env: &[(OsString, OsString)],
 ) -> Result<PathBuf, ConfinementError> {
@@ -105,27 +108,36 @@ pub(crate) fn prepare(
     namespaces: bool,
 ) -> Result<(ChildPlan, Prepared), ConfinementError> {
     let strict = policy.mode == ConfinementMode::Strict;
-    let program = resolve_program(inputs.program, inputs.env)?;
-    let mut grants = Vec::new();
-    let mut grant = |path: &Path, writable: bool| -> Result<(), ConfinementError> {
+    let pins = match &policy.pins {
+        Some(pins) => pins.clone(),
+        None => {
+            let mut fresh = policy.clone();
+            fresh.pin(resolve_program(inputs.program, inputs.env)?)?;
+            fresh.pins.ok_or(ConfinementError::Program {
+                program: inputs.program.to_path_buf(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            })?
+        }
+    };
+    let program = pins.program.path.clone();
+    let pinned = |pin: &super::policy::Pinned, writable: bool| Grant {
+        path: pin.path.clone(),
+        writable,
+        is_dir: pin.is_dir,
+        identity: Some((pin.dev, pin.ino)),
+    };
+    let mut grants = vec![pinned(&pins.program, false)];
+    grants.extend(pins.read_only.iter().map(|p| pinned(p, false)));
+    grants.extend(pins.read_write.iter().map(|p| pinned(p, true)));
+    for path in inputs.transport_files {
         let canonical = super::mounts::canonical(path)?;
         let is_dir = canonical.is_dir();
         grants.push(Grant {
             path: canonical,
-            writable,
+            writable: true,
             is_dir,
+            identity: None,
         });
-        Ok(())
-    };
-    grant(&program, false)?;
-    for path in &policy.read_only {
-        grant(path, false)?;
-    }
-    for path in &policy.read_write {
-        grant(path, true)?;
-    }
-    for path in inputs.transport_files {
-        grant(path, true)?;
     }
     let cwd = match inputs.cwd {
         Some(dir) => super::mounts::canonical(dir)?,
@@ -198,6 +210,12 @@ pub(crate) fn prepare(
     } else {
         (None, None)
     };
+    let (status_read, status_write) = if namespaces {
+        let (r, w) = pipe()?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
     let expected = ConfinementReport {
         mode: policy.mode,
         pid: 0,
@@ -231,6 +249,8 @@ pub(crate) fn prepare(
         report,
         go_read,
         go_write,
+        status_read,
+        status_write,
         cgroup: cgroup_join,
         host: rustix::process::getpid(),
     };
@@ -269,6 +289,7 @@ fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
                     path: canonical,
                     writable: false,
                     is_dir: meta.is_dir(),
+                    identity: None,
                 });
             }
         }
@@ -284,6 +305,7 @@ fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
             path: PathBuf::from(device),
             writable: true,
             is_dir: false,
+            identity: None,
         });
     }
     all

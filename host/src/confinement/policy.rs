@@ -75,6 +75,50 @@ pub struct Confinement {
     pub(crate) max_file_size: Option<u64>,
     pub(crate) tmp_size: u64,
     pub(crate) require_worker_filter: bool,
+    /// The program and the granted paths as resolved at the first spawn; every later spawn
+    /// (a replacement) must find the very same files there (see [`Pinned`]).
+    pub(crate) pins: Option<Pins>,
+}
+
+/// A path resolved once, with the identity of what it named.
+///
+/// Grants are resolved when the host first spawns and never again: a worker may change what
+/// a path under one of its read-write grants names (a symlink to a host file, say), and a
+/// replacement resolving it afresh would be handed that file. Each spawn checks the inode it
+/// finds against the pinned one and refuses a mismatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pinned {
+    pub(crate) path: PathBuf,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) is_dir: bool,
+}
+
+/// Everything a policy pins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pins {
+    pub(crate) program: Pinned,
+    pub(crate) read_only: Vec<Pinned>,
+    pub(crate) read_write: Vec<Pinned>,
+}
+
+impl Pinned {
+    /// Resolves `path` (it must exist) and records what it names.
+    pub(crate) fn resolve(path: &std::path::Path) -> Result<Self, super::ConfinementError> {
+        use std::os::unix::fs::MetadataExt;
+        let err = |source| super::ConfinementError::Path {
+            path: path.to_path_buf(),
+            source,
+        };
+        let canonical = std::fs::canonicalize(path).map_err(err)?;
+        let meta = std::fs::metadata(&canonical).map_err(err)?;
+        Ok(Self {
+            path: canonical,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            is_dir: meta.is_dir(),
+        })
+    }
 }
 
 impl Default for Confinement {
@@ -101,6 +145,7 @@ impl Confinement {
             max_file_size: Some(DEFAULT_MAX_FILE_SIZE),
             tmp_size: DEFAULT_TMP_SIZE,
             require_worker_filter: false,
+            pins: None,
         }
     }
 
@@ -204,6 +249,23 @@ impl Confinement {
     /// Which mode this policy is in.
     pub fn mode(&self) -> ConfinementMode {
         self.mode
+    }
+
+    /// Resolves the program (found as `resolve_program` finds it) and every granted path once,
+    /// for this and every later spawn of the host.
+    pub(crate) fn pin(
+        &mut self,
+        program: std::path::PathBuf,
+    ) -> Result<(), super::ConfinementError> {
+        let pin_all = |paths: &[PathBuf]| -> Result<Vec<Pinned>, super::ConfinementError> {
+            paths.iter().map(|p| Pinned::resolve(p)).collect()
+        };
+        self.pins = Some(Pins {
+            program: Pinned::resolve(&program)?,
+            read_only: pin_all(&self.read_only)?,
+            read_write: pin_all(&self.read_write)?,
+        });
+        Ok(())
     }
 
     /// True unless this is [`none`](Self::none).

@@ -10,7 +10,7 @@ use super::{ConfinementMode, Feature};
 pub struct ConfinementReport {
     /// The mode asked for.
     pub mode: ConfinementMode,
-    /// The worker's pid as the host sees it (in the worker's own PID namespace it is 1).
+    /// The worker's pid as the host sees it (inside its own PID namespace it is 2, under the sandbox's init).
     pub pid: u32,
     /// Its uid as the host sees it (65534 when the host is root and confinement is on).
     pub uid: u32,

@@ -159,6 +159,38 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             std::thread::sleep(Duration::from_secs(number(arg)? as u64));
             Ok("stalled".into())
         }
+        // Replaces the process with `sleep` from a second thread, keeping every descriptor
+        // (the channel too, so the host sees nothing). A thread's `execve` takes over the
+        // process with that thread's parent-death signal, which is never set: only what holds
+        // the process from outside (its PID namespace) can still end it with the host.
+        "exec_from_thread" => {
+            for fd in 0..1024 {
+                // SAFETY: clearing close-on-exec on descriptors this process holds.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+            }
+            let thread = std::thread::spawn(|| {
+                let path = c"/bin/sleep";
+                let args = [c"sleep".as_ptr(), c"1000".as_ptr(), std::ptr::null()];
+                // SAFETY: a NUL-terminated argv of static C strings; execv returns only on error.
+                unsafe { libc::execv(path.as_ptr(), args.as_ptr()) };
+                errno()
+            });
+            match thread.join() {
+                Ok(err) => Err(refused("execv from a thread", err)),
+                Err(_) => Err(HandlerError::new("the thread panicked")),
+            }
+        }
+        // Replaces `link` (a path under a read-write grant) with a symlink to `target`.
+        "symlink" => {
+            let (target, link) = arg
+                .split_once('|')
+                .ok_or_else(|| HandlerError::new("target|link"))?;
+            // Moved aside rather than removed: it may hold a mount point, which cannot go.
+            let _ = std::fs::rename(link, format!("{link}.old"));
+            std::os::unix::fs::symlink(target, link)
+                .map(|()| "replaced".into())
+                .map_err(|e| refused("symlink", e))
+        }
         "clear_pdeathsig" => {
             // SAFETY: a plain prctl on integers.
             let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };

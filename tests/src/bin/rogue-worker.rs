@@ -42,8 +42,14 @@ use airlock_transport_socket::{
 };
 use std::os::unix::net::UnixStream;
 
-/// Who this rogue is, in terms its host can check: its pid, or, when it is PID 1 of a PID
-/// namespace of its own (confined, where its pid names nothing out there), a random number
+/// True if the host confined this process (it says so in the environment it sets up: the
+/// request that a worker install its own filter, which the rogue ignores).
+fn confined() -> bool {
+    std::env::var_os("AIRLOCK_CONFINE_SELF").is_some()
+}
+
+/// Who this rogue is, in terms its host can check: its pid, or, when confined in a PID
+/// namespace of its own (where its pid names nothing out there), a random number
 /// above any pid, which it also takes as its command name (`air-<hex>`, seen by the host in
 /// `/proc/<pid>/comm`; see `airlock_tests::e2e::process_alive`). Not the namespace's inode: the
 /// kernel hands a freed one to the next namespace at once.
@@ -51,7 +57,7 @@ fn identity() -> u32 {
     static IDENTITY: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *IDENTITY.get_or_init(|| {
         let pid = std::process::id();
-        if pid != 1 {
+        if !confined() {
             return pid;
         }
         let id = loop {
@@ -482,7 +488,7 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             let _inheritable = rogue.socket.as_ref().and_then(|s| rustix::io::dup(s).ok());
             // Confined, the grandchild's pid names nothing for the host: it is this binary
             // again, taking a name the host can find (see `identity`).
-            let confined = std::process::id() == 1;
+            let confined = confined();
             let name = identity()
                 .wrapping_add(1)
                 .max(airlock_tests::e2e::PID_MAX_LIMIT);
