@@ -4,13 +4,16 @@
 //! ```text
 //! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──fork──▶ worker (PID 2)
 //!                  │ write uid/gid maps          │ parent-death signal,   │ own session
-//!                  │ cgroup, oom_score_adj        │   wait for "go"        ▼ exec
-//!                  │ "go", report init's pid      │ cgroup namespace
-//!                  │ close every descriptor       │ copy granted paths (open_tree)
+//!                  │ oom_score_adj, "go"          │   wait for "go"        ▼ exec
+//!                  │ cgroup, "joined"             │ copy granted paths (open_tree)
+//!                  │ report init's pid            │
+//!                  │ close every descriptor       │
 //!                  │ wait; end as the worker did  │ become uid/gid (root host: nobody),
 //!                  ▼                              │   parent-death signal again
 //!                                                 │ build root, pivot_root, read-only
-//!                                                 │ hostname, rlimits, no capabilities
+//!                                                 │ hostname; wait for "joined",
+//!                                                 │   cgroup namespace
+//!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp
 //!                                                 │ fork the worker, close everything
 //!                                                 ▼ reap; report the worker's status; exit
@@ -59,15 +62,21 @@ impl ChildPlan {
         self.identity
             .write_maps(pid)
             .map_err(|e| (ConfinementStep::MapIdentity, e))?;
-        if let Some(cgroup) = &self.cgroup {
-            cgroup.join(pid).map_err(|e| (ConfinementStep::Cgroup, e))?;
-        }
         // Under memory pressure the kernel kills the worker before its host.
         super::namespaces::prefer_for_oom_kill(pid)
             .map_err(|e| (ConfinementStep::MapIdentity, e))?;
         let go = self.go_write.take();
         if let Some(go) = &go {
             rustix::io::write(go, b"g").map_err(|e| (ConfinementStep::Synchronise, e))?;
+        }
+        // Moving a task between cgroups can take a millisecond or more (cgroup v1 waits for
+        // an RCU grace period): done while init builds its root, and init waits for "joined"
+        // before it forks the worker or enters a cgroup namespace.
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.join(pid).map_err(|e| (ConfinementStep::Cgroup, e))?;
+        }
+        if let Some(go) = &go {
+            rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
         }
         self.report(REPORT_PID, 0, pid);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
@@ -139,8 +148,6 @@ impl ChildPlan {
             Err(e) => return Err((Synchronise, e)),
         }
         keeper_alive(&go)?;
-        // The keeper has moved this process into its cgroup: a cgroup namespace rooted there.
-        crate::sys::unshare_cgroup_namespace().map_err(|e| (ConfinementStep::Cgroup, e))?;
         if let Some(mounts) = &mut self.mounts {
             mounts.copy_sources()?;
         }
@@ -156,6 +163,14 @@ impl ChildPlan {
             mounts.build_and_enter()?;
         }
         let _ = rustix::system::sethostname(b"airlock");
+        // The keeper has moved this process into its cgroup: wait for it to say so, then a
+        // cgroup namespace rooted there.
+        match rustix::io::read(&go, &mut byte) {
+            Ok(1) if byte[0] == b'j' => {}
+            Ok(_) => return Err((Synchronise, Errno::PIPE)),
+            Err(e) => return Err((Synchronise, e)),
+        }
+        crate::sys::unshare_cgroup_namespace().map_err(|e| (ConfinementStep::Cgroup, e))?;
         self.limits.apply()?;
         super::process::drop_capabilities()?;
         self.lock_down(true)?;
