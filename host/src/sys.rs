@@ -184,11 +184,7 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
         )
     };
     if rc < 0 {
-        Err(rustix::io::Errno::from_raw_os_error(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        ))
+        Err(last_errno())
     } else {
         Ok(rc as i32)
     }
@@ -201,11 +197,7 @@ pub(crate) fn drop_bounding_capability(cap: u32) -> Result<(), rustix::io::Errno
     if rc == 0 {
         Ok(())
     } else {
-        Err(rustix::io::Errno::from_raw_os_error(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        ))
+        Err(last_errno())
     }
 }
 
@@ -283,10 +275,15 @@ pub(crate) fn unshare_cgroup_namespace() -> Result<(), rustix::io::Errno> {
     if unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } == 0 {
         Ok(())
     } else {
-        Err(rustix::io::Errno::from_raw_os_error(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-        ))
+        Err(last_errno())
     }
+}
+
+/// The calling thread's last OS error, as rustix's type.
+fn last_errno() -> rustix::io::Errno {
+    rustix::io::Errno::from_raw_os_error(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL),
+    )
 }

@@ -4,10 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Confinement, Host, Pool};
+use airlock_host::{CallError, Confinement, Host};
 use airlock_tests::attack::Attack;
-use airlock_worker::builtin::Echo;
-use serde_bytes::ByteBuf;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -29,36 +27,8 @@ async fn attempt(bin: &str, policy: Confinement, name: &str, arg: &str) -> Resul
 
 /// Forged answers that reached a caller of the sibling.
 async fn forge_sibling(bin: &str, policy: Confinement) -> Result<usize, Error> {
-    let pool = Pool::builder(Host::builder(bin).confinement(policy))
-        .size(2)
-        .spawn()
-        .await?;
-    let thief = pool.hosts()[0].clone();
-    let victim = pool.hosts()[1].clone();
-    // Its pid as the host sees it: what a thief on this machine can find in /proc.
-    let target = format!(
-        "{}:{}",
-        std::process::id(),
-        victim.worker_pid().unwrap_or(0)
-    );
-    let steal = tokio::spawn(async move {
-        thief
-            .call::<Attack>(&("steal_sibling".to_string(), target))
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut forged = 0;
-    for _ in 0..300 {
-        if let Ok(answer) = victim.call::<Echo>(&ByteBuf::from(b"hello".to_vec())).await {
-            forged += usize::from(answer.as_slice() == b"forged");
-        }
-        if steal.is_finished() && forged > 0 {
-            break;
-        }
-    }
-    let _ = steal.await;
-    pool.shutdown().await;
-    Ok(forged)
+    let worker = Host::builder(bin).confinement(policy);
+    Ok(airlock_tests::attack::sibling_forgery(worker).await?.0)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

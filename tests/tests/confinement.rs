@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use airlock_host::{CallError, Confinement, ConfinementMode, Host, LostReason, Pool};
+use airlock_host::{CallError, Confinement, ConfinementMode, Host, LostReason};
 use airlock_tests::attack::{Attack, NO_SELF_FILTER};
 use airlock_tests::e2e::{attack_bin, ScratchDir};
 use airlock_worker::builtin::Echo;
@@ -218,42 +218,10 @@ async fn a_memory_bomb_kills_only_the_worker_and_the_replacement_answers() {
     host.shutdown().await;
 }
 
-/// The attack on a sibling: the thief reads calls meant for its sibling off the host's pipes
-/// through `/proc/<host>/fd` and answers them with a forged `Return`.
 async fn sibling_forgery(policy: Confinement) -> (usize, Result<String, CallError>) {
-    let pool = Pool::builder(Host::builder(attack_bin()).confinement(policy))
-        .size(2)
-        .spawn()
+    airlock_tests::attack::sibling_forgery(Host::builder(attack_bin()).confinement(policy))
         .await
-        .unwrap();
-    let thief = pool.hosts()[0].clone();
-    let victim = pool.hosts()[1].clone();
-    // Its pid as the host sees it: what a thief on this machine can find in /proc.
-    let target = format!(
-        "{}:{}",
-        std::process::id(),
-        victim.worker_pid().unwrap_or(0)
-    );
-    let steal = tokio::spawn(async move {
-        thief
-            .call::<Attack>(&("steal_sibling".to_string(), target))
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut forged = 0;
-    for _ in 0..300 {
-        if let Ok(answer) = victim.call::<Echo>(&ByteBuf::from(b"hello".to_vec())).await {
-            if answer.as_slice() == b"forged" {
-                forged += 1;
-            }
-        }
-        if steal.is_finished() && forged > 0 {
-            break;
-        }
-    }
-    let stolen = steal.await.unwrap();
-    pool.shutdown().await;
-    (forged, stolen)
+        .expect("a pool of two attack workers starts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

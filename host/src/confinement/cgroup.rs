@@ -265,19 +265,10 @@ impl CgroupJoin {
     /// In the keeper: moves process `pid` into every directory. Writes the decimal pid from a
     /// stack buffer: it runs between fork and `exec`.
     pub(crate) fn join(&self, pid: i32) -> Result<(), Errno> {
-        let mut digits = [0u8; 12];
-        let mut n = pid.unsigned_abs();
-        let mut start = digits.len();
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
+        let mut digits = [0u8; 10];
+        let pid = super::namespaces::decimal(pid.unsigned_abs(), &mut digits);
         for fd in &self.procs {
-            rustix::io::write(fd, &digits[start..])?;
+            rustix::io::write(fd, pid)?;
         }
         Ok(())
     }

@@ -30,7 +30,7 @@ const STAGE: &str = "/tmp";
 
 /// System trees a dynamically linked program needs. Each is bound read-only if it is a
 /// directory and recreated as the same symlink if it is one (merged-`/usr` systems).
-const SYSTEM_TREES: [&str; 8] = [
+pub(crate) const SYSTEM_TREES: [&str; 8] = [
     "/usr",
     "/bin",
     "/sbin",
@@ -42,7 +42,7 @@ const SYSTEM_TREES: [&str; 8] = [
 ];
 
 /// Device nodes every program may expect; bound from the host's `/dev`.
-const DEVICES: [&str; 5] = [
+pub(crate) const DEVICES: [&str; 5] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",

@@ -120,17 +120,7 @@ fn write_proc_file(pid: i32, name: &[u8], contents: &[u8]) -> Result<(), Errno> 
     };
     push(b"/proc/");
     let mut digits = [0u8; 10];
-    let mut n = pid.unsigned_abs();
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    push(&digits[start..]);
+    push(decimal(pid.unsigned_abs(), &mut digits));
     push(b"/");
     push(name);
     let path = std::ffi::CStr::from_bytes_until_nul(&path[..=len]).map_err(|_| Errno::INVAL)?;
@@ -144,4 +134,18 @@ fn write_proc_file(pid: i32, name: &[u8], contents: &[u8]) -> Result<(), Errno> 
         return Err(Errno::IO);
     }
     Ok(())
+}
+
+/// `n` in decimal, written into `digits` without allocating (between fork and `exec`).
+pub(crate) fn decimal(mut n: u32, digits: &mut [u8; 10]) -> &[u8] {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &digits[start..]
 }

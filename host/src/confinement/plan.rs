@@ -272,16 +272,7 @@ pub(crate) fn prepare(
 /// mount table, added here too).
 fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
     let mut all = grants.to_vec();
-    for tree in [
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/lib",
-        "/lib64",
-        "/lib32",
-        "/libx32",
-        "/etc/ld.so.cache",
-    ] {
+    for tree in super::mounts::SYSTEM_TREES {
         let path = Path::new(tree);
         if let Ok(meta) = std::fs::metadata(path) {
             if let Ok(canonical) = std::fs::canonicalize(path) {
@@ -294,13 +285,7 @@ fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
             }
         }
     }
-    for device in [
-        "/dev/null",
-        "/dev/zero",
-        "/dev/full",
-        "/dev/random",
-        "/dev/urandom",
-    ] {
+    for device in super::mounts::DEVICES {
         all.push(Grant {
             path: PathBuf::from(device),
             writable: true,
