@@ -1737,7 +1737,7 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     assert_eq!(
         stormy.restarts,
         STRIKES_AT_A_CALL.len() as u64 - 1,
-        "one restart per fatal strike: {outcomes:#?}"
+        "one restart per fatal strike: {outcomes:#?}\nstats: {stormy:#?}"
     );
     for code in [ViolationCode::UnknownCallId, ViolationCode::FrameTooLarge] {
         assert!(stormy.violations.contains_key(&code), "{code:?}");
