@@ -287,3 +287,20 @@ fn last_errno() -> rustix::io::Errno {
             .unwrap_or(libc::EINVAL),
     )
 }
+
+/// Resets every signal's disposition to the default (between fork and `exec`).
+pub(crate) fn reset_signal_handlers() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero `sigaction` with `SIG_DFL` (0) as its handler is a valid value;
+        // `sigaction` is async-signal-safe and only reads it. Numbers the kernel does not
+        // accept (32 and 33 under glibc) fail harmlessly.
+        unsafe {
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &default, std::ptr::null_mut());
+        }
+    }
+}

@@ -470,6 +470,7 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "vsock_and_netlink_sockets_cannot_be_created",
         "a_worker_cannot_forge_its_siblings_answer",
         "the_host_reports_what_it_verified",
+        "the_sandboxs_init_is_as_unreadable_as_the_host",
         "a_worker_in_another_language_is_confined_by_the_hosts_layers",
     ];
     let output = std::process::Command::new(setpriv)
@@ -564,4 +565,36 @@ async fn a_worker_cannot_redirect_its_replacements_grants() {
         "the replacement was handed the secret: {after:?}"
     );
     host.shutdown().await;
+}
+
+/// The sandbox's init is a fork of the host, with a copy of its memory: it must be as
+/// unreadable as the host. Live: unconfined, the worker reads the host's memory map; confined,
+/// init's (PID 1 in the worker's namespace) is refused, also for an unprivileged host, whose
+/// init keeps the worker's uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandboxs_init_is_as_unreadable_as_the_host() {
+    let live = attempt(
+        Confinement::none(),
+        false,
+        "read",
+        &format!("/proc/{}/maps", std::process::id()),
+    )
+    .await;
+    assert!(
+        live.is_ok(),
+        "unconfined, the host's map is readable: {live:?}"
+    );
+    for file in ["maps", "environ", "mem"] {
+        let refused = attempt(
+            Confinement::strict(),
+            false,
+            "read",
+            &format!("/proc/1/{file}"),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(CallError::Remote(_))),
+            "init's {file} must not be readable: {refused:?}"
+        );
+    }
 }

@@ -148,6 +148,14 @@ impl ChildPlan {
             Err(e) => return Err((Synchronise, e)),
         }
         keeper_alive(&go)?;
+        // Init is a fork of the host, holding a copy of its memory: never dumpable, so the
+        // worker (same uid when the host is unprivileged) can open nothing of it in /proc
+        // (`mem`, `environ`, its descriptors). Only now: the keeper, which writes this
+        // process's uid map and oom_score_adj, has done so (it said "go"). And no handler of
+        // the host's: PID 1 takes the signals it handles from inside its namespace.
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+            .map_err(|e| (Synchronise, e))?;
+        crate::sys::reset_signal_handlers();
         if let Some(mounts) = &mut self.mounts {
             mounts.copy_sources()?;
         }
