@@ -55,6 +55,8 @@ pub(crate) struct Prepared {
     pub(crate) expected: ConfinementReport,
     /// The worker's cgroup, removed once the worker is reaped.
     pub(crate) cgroup: Option<super::cgroup::WorkerCgroup>,
+    /// Placeholders holding whichever of fds 0-3 were free while the plan was made.
+    _low_fds: Vec<OwnedFd>,
 }
 
 /// A path the worker program will be found at, without a search through `PATH` in the child
@@ -107,6 +109,9 @@ pub(crate) fn prepare(
     inputs: &SpawnInputs<'_>,
     namespaces: bool,
 ) -> Result<(ChildPlan, Prepared), ConfinementError> {
+    // Nothing the child needs may sit at fds 0-3: the spawn puts stdio there and the inherited
+    // socket at 3, over whatever was there (a report pipe at 3 would write into the channel).
+    let low_fds = hold_low_descriptors();
     let strict = policy.mode == ConfinementMode::Strict;
     let pins = match &policy.pins {
         Some(pins) => pins.clone(),
@@ -263,6 +268,7 @@ pub(crate) fn prepare(
         report_read,
         expected,
         cgroup,
+        _low_fds: low_fds,
     };
     Ok((child, prepared))
 }
@@ -323,4 +329,22 @@ impl Prepared {
         }
         reports
     }
+}
+
+/// Opens `/dev/null` until the descriptor it gets is above 3, keeping those at 0-3: while they
+/// are held, nothing else this plan opens can land there.
+fn hold_low_descriptors() -> Vec<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let mut held = Vec::new();
+    while let Ok(fd) = rustix::fs::open(
+        c"/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        if fd.as_raw_fd() > 3 {
+            break;
+        }
+        held.push(fd);
+    }
+    held
 }
