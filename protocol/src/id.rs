@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 /// Drawn by [`CallId::random`] from the `CryptoRng` the caller passes — the host passes the
 /// operating system's — for every dispatch: never a counter, never a per-spawn nonce plus a
 /// counter, never derived from time. A worker therefore cannot name a call before the host has
-/// sent it, which is what defeats a forged reply staged for a *later* call (THREAT-MODEL.md,
-/// lesson 4).
+/// sent it, which is what defeats a forged reply staged for a *later* call (a worker that
+/// knows the next id can otherwise answer a call before it is made).
 ///
 /// Its `Debug` and `Display` show only the first four bytes, so logs can correlate events
 /// without publishing ids in full.

@@ -8,7 +8,7 @@ pub const MAX_ERROR_MESSAGE: usize = 4096;
 
 /// Why a remote handler failed: a closed set of kinds, each a number on the wire.
 ///
-/// The host never rebuilds an error type by name (THREAT-MODEL.md, lesson 3). Host-side
+/// The host never rebuilds an error type by name (rebuilding one would run the named type's constructor in the host). Host-side
 /// outcomes such as a timeout are not kinds here: a worker cannot claim one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -1,4 +1,4 @@
-//! THREAT-MODEL.md lesson 4, reproduced: with predictable ids and a host that tolerates
+//! Predictable call ids, reproduced: with predictable ids and a host that tolerates
 //! unsolicited frames, a worker can stage the answer to a *later* call. The test shows the
 //! attack succeeding against such a host, then shows `HostSession` refusing the same frame.
 

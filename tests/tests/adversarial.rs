@@ -1,7 +1,7 @@
 //! The rogue worker attacks a real host, one test per scenario (`SECURITY.md` maps each to the
 //! invariant it pins).
 //!
-//! Every test is self-proving (THREAT-MODEL.md, lessons 6 and 7). It first shows that its attack
+//! Every test is self-proving. It first shows that its attack
 //! is live: the rogue's own log (`ROGUE_LOG`: every write it made, every frame it received)
 //! proves the hostile bytes really went out and were aimed at the victim call (its id, its
 //! method), or a plain decoder is shown to misbehave on the identical bytes. Only then does it

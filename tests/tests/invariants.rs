@@ -1,4 +1,4 @@
-//! One test per invariant of DESIGN.md, named for it, each against the real worker binary or
+//! One test per invariant in SECURITY.md's numbered list, named for it, each against the real worker binary or
 //! the rogue worker. The exhaustive suites (adversarial, lifecycle, the protocol's unit tests)
 //! go further; these say, in one place, where each promise is checked end to end.
 
