@@ -1,17 +1,34 @@
-//! `cargo xtask bench [ARGS...]`: every benchmark in the workspace (ARGS go to `cargo bench`
-//! unchanged: `--bench codec`, `-- --save-baseline main`...), then the spawn cost of
-//! confinement (`tests/examples/spawn_cost.rs`: strict vs none, interleaved, release build).
+//! `cargo xtask bench [--quick]`: release builds of the bundled worker and `airlock-bench`,
+//! then one table of airlock beside its baselines, measured in the same run (see
+//! `bench/src/main.rs`). Writes `target/airlock-bench.json` and the generated part of
+//! `BENCHMARKS.md`.
+//!
+//! `cargo xtask bench --criterion [ARGS...]` runs the crates' own criterion micro-benchmarks
+//! instead (ARGS go to `cargo bench` unchanged: `--bench codec`, `-- --save-baseline main`...).
 
-use crate::run::{self, cargo, Result};
+use crate::run::{self, cargo, Error, Result};
 
 pub fn main(args: &[String]) -> Result {
-    let mut bench = cargo(["bench", "--workspace", "--locked"]);
-    bench.args(args);
-    run::run(&mut bench)?;
-    spawn_cost()
-}
-
-fn spawn_cost() -> Result {
+    if args.first().map(String::as_str) == Some("--criterion") {
+        let mut bench = cargo([
+            "bench",
+            "--workspace",
+            "--locked",
+            "--exclude",
+            "airlock-bench",
+        ]);
+        bench.args(&args[1..]);
+        return run::run(&mut bench);
+    }
+    let quick = match args {
+        [] => false,
+        [flag] if flag == "--quick" => true,
+        _ => {
+            return Err(Error::usage(
+                "bench: takes --quick, or --criterion [ARGS...]",
+            ))
+        }
+    };
     run::run(&mut cargo([
         "build",
         "--release",
@@ -20,21 +37,23 @@ fn spawn_cost() -> Result {
         "airlock-worker",
         "--bin",
         "airlock-worker",
+        "-p",
+        "airlock-bench",
     ]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| run::root().join("target"));
-    let mut cost = cargo([
-        "run",
-        "--release",
-        "--quiet",
-        "--locked",
-        "-p",
-        "airlock-tests",
-        "--example",
-        "spawn_cost",
-        "--",
-    ]);
-    cost.arg(target.join("release").join("airlock-worker"));
-    run::run(&mut cost)
+    let release = target.join("release");
+    let mut table = std::process::Command::new(release.join("airlock-bench"));
+    table
+        .arg("--worker")
+        .arg(release.join("airlock-worker"))
+        .arg("--json")
+        .arg(target.join("airlock-bench.json"))
+        .arg("--markdown")
+        .arg(run::root().join("BENCHMARKS.md"));
+    if quick {
+        table.arg("--quick");
+    }
+    run::run(&mut table)
 }

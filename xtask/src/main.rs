@@ -26,7 +26,10 @@ commands:
   ci                       fmt, clippy, test, feature sets, docs: what CI runs
   fuzz [--seconds N] [TARGET...]
                            run each fuzz target for N seconds (default 30)
-  bench [ARGS...]          cargo bench --workspace, passing ARGS through";
+  bench [--quick]          airlock beside raw pipes, sockets, ipc-channel and Python,
+                           in one run; updates BENCHMARKS.md
+  bench --criterion [ARGS...]
+                           the crates' criterion micro-benchmarks (ARGS to cargo bench)";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

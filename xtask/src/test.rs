@@ -25,8 +25,23 @@ pub fn main(args: &[String]) -> Result {
 pub fn run(options: Options) -> Result {
     // The end-to-end suites spawn the workspace's binaries (the bundled worker, the rogue
     // worker): build them all first, so no test runs a stale one.
-    run::run(&mut cargo(["build", "--workspace", "--bins", "--locked"]))?;
-    let mut test = cargo(["test", "--workspace", "--locked"]);
+    // `airlock-bench` is left out: it measures, it tests nothing, and its baselines'
+    // dependencies (ipc-channel) would only slow the build.
+    run::run(&mut cargo([
+        "build",
+        "--workspace",
+        "--bins",
+        "--locked",
+        "--exclude",
+        "airlock-bench",
+    ]))?;
+    let mut test = cargo([
+        "test",
+        "--workspace",
+        "--locked",
+        "--exclude",
+        "airlock-bench",
+    ]);
     if options.stress {
         // `residual_*` tests are ignored on purpose: each pins a stated residual (SECURITY.md)
         // that only OS confinement will close, and fails until then.

@@ -1,0 +1,181 @@
+//! `airlock-bench`: airlock's call path beside its baselines, measured in the same run.
+//!
+//! ```text
+//! cargo xtask bench            # builds release binaries, runs this, updates BENCHMARKS.md
+//! airlock-bench --worker target/release/airlock-worker [--quick]
+//! ```
+//!
+//! Every airlock figure sits beside the baselines measured in the same repetitions,
+//! interleaved (the order flips on every repetition), so a machine whose speed drifts moves
+//! both alike; the table shows medians with min–max and the ratio of medians. Rows run in two
+//! child processes: one pinned to a single CPU (host, worker and peers share it, so a round
+//! trip is two context switches in every variant), one left to the scheduler.
+//!
+//! This is a crate of its own so that the baselines' dependencies (servo's `ipc-channel`) are
+//! built only for benchmarking, never for the tests. The raw baselines' far ends are this same
+//! binary, re-executed as `airlock-bench peer <role>` (see `peer.rs`).
+
+#![forbid(unsafe_code)]
+
+mod links;
+mod peer;
+mod phases;
+mod table;
+mod targets;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use links::Error;
+use table::Row;
+
+const USAGE: &str = "usage: airlock-bench --worker PATH [--quick] [--json PATH] [--markdown PATH]";
+
+/// What a run was asked to do.
+struct Options {
+    worker: String,
+    quick: bool,
+    json: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("peer") => {
+            peer::run(args.get(1).map_or("", String::as_str), &args[2..]).map_err(Error::from)
+        }
+        Some("phase") => phase(&args[1..]),
+        _ => options(&args).and_then(|o| orchestrate(&o)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("airlock-bench: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn options(args: &[String]) -> Result<Options, Error> {
+    let mut options = Options {
+        worker: String::new(),
+        quick: false,
+        json: None,
+        markdown: None,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => options.quick = true,
+            "--worker" => options.worker = args.next().ok_or(USAGE)?.clone(),
+            "--json" => options.json = Some(args.next().ok_or(USAGE)?.into()),
+            "--markdown" => options.markdown = Some(args.next().ok_or(USAGE)?.into()),
+            _ => return Err(USAGE.into()),
+        }
+    }
+    if options.worker.is_empty() {
+        return Err(USAGE.into());
+    }
+    Ok(options)
+}
+
+/// Runs each phase in a child of its own (pinning is per process), then prints and writes the
+/// rows.
+fn orchestrate(options: &Options) -> Result<(), Error> {
+    let mut rows: Vec<Row> = Vec::new();
+    for phase in phases::PHASES {
+        eprintln!("airlock-bench: phase {phase}...");
+        let mut command = Command::new(std::env::current_exe()?);
+        command.args(["phase", phase, "--worker", &options.worker]);
+        if options.quick {
+            command.arg("--quick");
+        }
+        let out = command.stderr(Stdio::inherit()).output()?;
+        if !out.status.success() {
+            return Err(format!("phase {phase} failed: {}", out.status).into());
+        }
+        let part: Vec<Row> = postcard::from_bytes(&out.stdout)?;
+        rows.extend(part);
+    }
+    let table = table::markdown(&rows);
+    let verdicts = targets::markdown(&rows);
+    println!("{table}\n{verdicts}");
+    let command = if options.quick {
+        "cargo xtask bench --quick"
+    } else {
+        "cargo xtask bench"
+    };
+    let machine = machine();
+    let date = today();
+    if let Some(path) = &options.json {
+        std::fs::write(path, table::json(&rows, &machine, command, &date))?;
+        eprintln!("airlock-bench: wrote {}", path.display());
+    }
+    if let Some(path) = &options.markdown {
+        update_markdown(path, &machine, command, &date, &table, &verdicts)?;
+        eprintln!("airlock-bench: updated {}", path.display());
+    }
+    Ok(())
+}
+
+/// `phase NAME --worker PATH [--quick]`: one phase's rows, postcard-encoded on stdout.
+fn phase(args: &[String]) -> Result<(), Error> {
+    let name = args.first().ok_or(USAGE)?;
+    let options = options(&args[1..])?;
+    let rows = phases::run(name, &options.worker, options.quick)?;
+    let bytes = postcard::to_allocvec(&rows)?;
+    std::io::stdout().write_all(&bytes)?;
+    Ok(())
+}
+
+const BEGIN: &str = "<!-- airlock-bench:begin (written by `cargo xtask bench`) -->";
+const END: &str = "<!-- airlock-bench:end -->";
+
+/// Replaces the generated part of `BENCHMARKS.md`, keeping what people wrote around it.
+fn update_markdown(
+    path: &Path,
+    machine: &str,
+    command: &str,
+    date: &str,
+    table: &str,
+    verdicts: &str,
+) -> Result<(), Error> {
+    let generated = format!(
+        "{BEGIN}\nMeasured {date} on {machine} with `{command}`.\n\n{table}\n{verdicts}{END}"
+    );
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(start), Some(end)) if start < end => {
+            format!("{}{generated}{}", &old[..start], &old[end + END.len()..])
+        }
+        _ => format!("# Benchmarks\n\n{generated}\n"),
+    };
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
+/// The CPU model, its count and the kernel, as this machine reports them.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim())
+        .to_owned();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpus} × {model}, Linux {}", kernel.trim())
+}
+
+/// Today's date (UTC), from `date`.
+fn today() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map_or_else(|| "unknown date".into(), |d| d.trim().to_owned())
+}

@@ -1,0 +1,401 @@
+//! The rows of each phase, and the interleaving that measures them.
+//!
+//! A phase builds every link first (hosts spawned, peers started), then runs `reps`
+//! repetitions; in each, every row measures its airlock series and its baselines one burst
+//! each, in an order that flips on every repetition.
+
+use std::time::Duration;
+
+use airlock_host::{Confinement, TransportChoice};
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+use crate::links::{self, Error, IpcLink, Raw, RawLink};
+use crate::table::{Row, Unit};
+
+/// The phases, each run in a process of its own.
+pub const PHASES: [&str; 2] = ["pinned", "unpinned"];
+
+/// One burst of one series: its figure in the row's unit.
+type Burst<'a> = Box<dyn FnMut() -> Result<f64, Error> + 'a>;
+
+/// A row and the bursts that fill it: `bursts[0]` is airlock's, then one per baseline.
+struct Measured<'a> {
+    row: Row,
+    bursts: Vec<Burst<'a>>,
+}
+
+/// Scales for one run: repetitions and burst lengths.
+#[derive(Clone, Copy)]
+struct Scale {
+    reps: usize,
+    /// Multiplies every burst's operation count.
+    size: u32,
+}
+
+fn micros_per(n: u32, elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1e6 / f64::from(n)
+}
+
+fn kilo_per_sec(n: u32, elapsed: Duration) -> f64 {
+    f64::from(n) / elapsed.as_secs_f64() / 1e3
+}
+
+/// Runs phase `name`.
+pub fn run(name: &str, worker: &str, quick: bool) -> Result<Vec<Row>, Error> {
+    let scale = if quick {
+        Scale { reps: 5, size: 1 }
+    } else {
+        Scale { reps: 9, size: 2 }
+    };
+    match name {
+        "pinned" => {
+            pin_to_one_cpu()?;
+            small_calls("pinned", worker, scale)
+        }
+        "unpinned" => {
+            let mut rows = spawn_and_codec(worker, scale)?;
+            rows.extend(small_calls("unpinned", worker, scale)?);
+            rows.extend(throughput(worker, scale)?);
+            Ok(rows)
+        }
+        other => Err(format!("unknown phase {other}").into()),
+    }
+}
+
+fn interleave(mut measured: Vec<Measured<'_>>, reps: usize) -> Result<Vec<Row>, Error> {
+    for rep in 0..reps {
+        for m in &mut measured {
+            let count = m.bursts.len();
+            for k in 0..count {
+                let i = if rep % 2 == 0 { k } else { count - 1 - k };
+                let figure = (m.bursts[i])()?;
+                let series = if i == 0 {
+                    &mut m.row.airlock
+                } else {
+                    &mut m.row.baselines[i - 1]
+                };
+                series.samples.push(figure);
+            }
+        }
+    }
+    Ok(measured.into_iter().map(|m| m.row).collect())
+}
+
+/// Small round trips: `Host::call` of a 64-byte `Echo` beside raw pipes, raw sockets,
+/// ipc-channel and Python.
+fn small_calls(regime: &str, worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+    let n = 1000 * scale.size;
+    let current = links::runtime(0)?;
+    let multi = links::runtime(2)?;
+    let pipe_host = links::spawn_host(
+        &current,
+        worker,
+        TransportChoice::Pipe,
+        Confinement::strict(),
+    )?;
+    let multi_host =
+        links::spawn_host(&multi, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let socket_host = links::spawn_host(
+        &current,
+        worker,
+        TransportChoice::SocketInherited,
+        Confinement::strict(),
+    )?;
+    let mut raw_pipe = RawLink::echo(Raw::Pipe)?;
+    let mut raw_pipe_2 = RawLink::echo(Raw::Pipe)?;
+    let mut raw_socket = RawLink::echo(Raw::Socket)?;
+    let mut raw_socket_2 = RawLink::echo(Raw::Socket)?;
+    let mut ipc = IpcLink::start()?;
+    let python = links::python_available();
+
+    let mut first = Row::new(
+        format!("small call, {regime}, pipe, current-thread host"),
+        Unit::Micros,
+        "Host::call Echo 64 B",
+        &[
+            "raw blocking pipe",
+            "ipc-channel typed",
+            "Python multiprocessing Pipe + pickle",
+        ],
+    );
+    let mut first_bursts: Vec<Burst<'_>> = vec![
+        Box::new(|| Ok(micros_per(n, links::calls(&current, &pipe_host, n)?))),
+        Box::new(|| Ok(micros_per(n, raw_pipe.round_trips(n)?))),
+        Box::new(|| Ok(micros_per(n, ipc.round_trips(n)?))),
+    ];
+    if python {
+        first_bursts.push(Box::new(move || {
+            Ok(micros_per(n, links::python_round_trips(n)?))
+        }));
+    } else {
+        first.baselines.pop();
+        println_skip("python3 not found: the Python baseline is skipped");
+    }
+    let measured = vec![
+        Measured {
+            row: first,
+            bursts: first_bursts,
+        },
+        Measured {
+            row: Row::new(
+                format!("small call, {regime}, pipe, 2-thread host"),
+                Unit::Micros,
+                "Host::call Echo 64 B",
+                &["raw blocking pipe"],
+            ),
+            bursts: vec![
+                Box::new(|| Ok(micros_per(n, links::calls(&multi, &multi_host, n)?))),
+                Box::new(|| Ok(micros_per(n, raw_pipe_2.round_trips(n)?))),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                format!("small call, {regime}, inherited socket, current-thread host"),
+                Unit::Micros,
+                "Host::call Echo 64 B",
+                &["raw Unix socket"],
+            ),
+            bursts: vec![
+                Box::new(|| Ok(micros_per(n, links::calls(&current, &socket_host, n)?))),
+                Box::new(|| Ok(micros_per(n, raw_socket.round_trips(n)?))),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                format!("raw Unix socket vs raw pipe, {regime} (the OS channels alone)"),
+                Unit::Micros,
+                "raw Unix socket",
+                &["raw blocking pipe"],
+            ),
+            bursts: vec![
+                Box::new(|| Ok(micros_per(n, raw_socket_2.round_trips(n)?))),
+                {
+                    let mut raw = RawLink::echo(Raw::Pipe)?;
+                    Box::new(move || Ok(micros_per(n, raw.round_trips(n)?)))
+                },
+            ],
+        },
+    ];
+    let rows = interleave(measured, scale.reps)?;
+    for host in [&pipe_host, &socket_host] {
+        current.block_on(host.shutdown());
+    }
+    multi.block_on(multi_host.shutdown());
+    Ok(rows)
+}
+
+fn println_skip(why: &str) {
+    eprintln!("airlock-bench: {why}");
+}
+
+/// Pipelined calls on one worker and on a `Pool` of two, and bulk echoes.
+fn throughput(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+    let rt = links::runtime(2)?;
+    let host = links::spawn_host(&rt, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let pool = links::spawn_pool(&rt, worker, 2)?;
+    let mut measured = Vec::new();
+    for window in [1u32, 16, 256] {
+        let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
+        let host = host.clone();
+        let rt = &rt;
+        let mut raw = RawLink::echo(Raw::Pipe)?;
+        measured.push(Measured {
+            row: Row::new(
+                format!("pipelined, {window} in flight, one worker, 2-thread host"),
+                Unit::KiloPerSec,
+                "Host::call Echo 64 B",
+                &["raw pipelined echo, one write per message"],
+            ),
+            bursts: vec![
+                Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
+                Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
+            ],
+        });
+    }
+    let n = 10_000 * scale.size;
+    let mut raw = RawLink::echo(Raw::Pipe)?;
+    let one = host.clone();
+    let rt_ref = &rt;
+    measured.push(Measured {
+        row: Row::new(
+            "pipelined, 256 in flight, Pool of 2, 2-thread host",
+            Unit::KiloPerSec,
+            "Pool::call Echo 64 B",
+            &[
+                "raw pipelined echo, one write per message",
+                "one worker (Host::call)",
+            ],
+        ),
+        bursts: vec![
+            {
+                let pool = pool.clone();
+                Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &pool, n, 256)?)))
+            },
+            Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, 256)?))),
+            Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &one, n, 256)?))),
+        ],
+    });
+
+    const BULK: usize = 16 * 1024 * 1024;
+    let body = ByteBuf::from(vec![0xa5u8; BULK]);
+    let raw_body = vec![0xa5u8; BULK];
+    let mut store = RawLink::piped("bulk-store")?;
+    let mut stream = RawLink::piped("bulk-stream")?;
+    let (mut back_store, mut back_stream) = (Vec::new(), Vec::new());
+    let gb_per_sec = |elapsed: Duration| BULK as f64 / elapsed.as_secs_f64() / 1e9;
+    let bulk_host = host.clone();
+    measured.push(Measured {
+        row: Row::new(
+            "bulk echo, 16 MiB body",
+            Unit::GigaBytesPerSec,
+            "Host::call Echo 16 MiB",
+            &["raw pipe, store and forward", "raw pipe, streaming"],
+        ),
+        bursts: vec![
+            Box::new(move || Ok(gb_per_sec(links::bulk(rt_ref, &bulk_host, &body)?))),
+            {
+                let raw_body = raw_body.clone();
+                Box::new(move || Ok(gb_per_sec(store.bulk(&raw_body, &mut back_store)?)))
+            },
+            Box::new(move || Ok(gb_per_sec(stream.bulk(&raw_body, &mut back_stream)?))),
+        ],
+    });
+    let rows = interleave(measured, scale.reps)?;
+    rt.block_on(host.shutdown());
+    rt.block_on(pool.shutdown());
+    Ok(rows)
+}
+
+/// Spawn to ready beside a raw spawn, and the codec beside plain postcard.
+fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+    let rt = links::runtime(2)?;
+    let spawns = 5 * scale.size;
+    let per_spawn = |f: &mut dyn FnMut() -> Result<Duration, Error>| -> Result<f64, Error> {
+        let mut total = Duration::ZERO;
+        for _ in 0..spawns {
+            total += f()?;
+        }
+        Ok(total.as_secs_f64() * 1e3 / f64::from(spawns))
+    };
+    let rows_bytes = codec_table();
+    let limits = airlock_codec::Limits::default();
+    let decodes = 2 * scale.size;
+    let measured = vec![
+        Measured {
+            row: Row::new(
+                "spawn to ready",
+                Unit::Millis,
+                "Confinement::strict() (default)",
+                &["raw spawn to first byte", "Confinement::none()"],
+            ),
+            bursts: vec![
+                Box::new(|| {
+                    per_spawn(&mut || links::spawn_to_ready(&rt, worker, Confinement::strict()))
+                }),
+                Box::new(|| per_spawn(&mut links::raw_spawn)),
+                Box::new(|| {
+                    per_spawn(&mut || links::spawn_to_ready(&rt, worker, Confinement::none()))
+                }),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                "spawn a Pool of 4 to ready",
+                Unit::Millis,
+                "Pool::builder().size(4)",
+                &["4 Host spawns one after another"],
+            ),
+            bursts: vec![
+                Box::new(|| {
+                    let started = std::time::Instant::now();
+                    let pool = links::spawn_pool(&rt, worker, 4)?;
+                    let elapsed = started.elapsed();
+                    rt.block_on(pool.shutdown());
+                    Ok(elapsed.as_secs_f64() * 1e3)
+                }),
+                Box::new(|| {
+                    let started = std::time::Instant::now();
+                    let mut hosts = Vec::new();
+                    for _ in 0..4 {
+                        hosts.push(links::spawn_host(
+                            &rt,
+                            worker,
+                            TransportChoice::Pipe,
+                            Confinement::strict(),
+                        )?);
+                    }
+                    let elapsed = started.elapsed();
+                    for host in hosts {
+                        rt.block_on(host.shutdown());
+                    }
+                    Ok(elapsed.as_secs_f64() * 1e3)
+                }),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                "codec, decode a 100k-row table",
+                Unit::Millis,
+                "airlock_codec::from_slice",
+                &["postcard::from_bytes"],
+            ),
+            bursts: vec![
+                Box::new(|| {
+                    let started = std::time::Instant::now();
+                    for _ in 0..decodes {
+                        std::hint::black_box(airlock_codec::from_slice::<Vec<TableRow>>(
+                            &rows_bytes,
+                            &limits,
+                        )?);
+                    }
+                    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
+                }),
+                Box::new(|| {
+                    let started = std::time::Instant::now();
+                    for _ in 0..decodes {
+                        std::hint::black_box(postcard::from_bytes::<Vec<TableRow>>(&rows_bytes)?);
+                    }
+                    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
+                }),
+            ],
+        },
+    ];
+    interleave(measured, scale.reps)
+}
+
+/// A row of the codec's table: the same shape as the codec crate's own criterion bench.
+#[derive(Serialize, Deserialize)]
+struct TableRow {
+    id: u64,
+    name: String,
+    score: f64,
+    tags: [String; 3],
+    active: bool,
+}
+
+fn codec_table() -> Vec<u8> {
+    let rows: Vec<TableRow> = (0..100_000u64)
+        .map(|i| TableRow {
+            id: i * 7919,
+            name: format!("customer-{i:07}"),
+            score: i as f64 * 0.25,
+            tags: ["alpha".into(), format!("t{}", i % 13), "omega".into()],
+            active: i % 3 == 0,
+        })
+        .collect();
+    postcard::to_allocvec(&rows).unwrap_or_default()
+}
+
+/// Restricts this process, and so every thread and child it starts, to one CPU.
+fn pin_to_one_cpu() -> Result<(), Error> {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let allowed = sched_getaffinity(None)?;
+    let cpu = (0..CpuSet::MAX_CPU)
+        .find(|&cpu| allowed.is_set(cpu))
+        .ok_or("no CPU allowed")?;
+    let mut only = CpuSet::new();
+    only.set(cpu);
+    sched_setaffinity(None, &only)?;
+    Ok(())
+}
