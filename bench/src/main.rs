@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             peer::run(args.get(1).map_or("", String::as_str), &args[2..]).map_err(Error::from)
         }
         Some("phase") => phase(&args[1..]),
+        Some("calls") => profile_calls(&args[1..]),
         _ => options(&args).and_then(|o| orchestrate(&o)),
     };
     match result {
@@ -127,6 +128,38 @@ fn phase(args: &[String]) -> Result<(), Error> {
     let rows = phases::run(name, &options.worker, options.quick)?;
     let bytes = postcard::to_allocvec(&rows)?;
     std::io::stdout().write_all(&bytes)?;
+    Ok(())
+}
+
+/// `calls N --worker PATH`: N small calls on one current-thread host and nothing else, for a
+/// profiler to look at (`strace -f -c`, `valgrind --tool=callgrind --trace-children=yes`).
+fn profile_calls(args: &[String]) -> Result<(), Error> {
+    let n: u32 = args.first().ok_or(USAGE)?.parse()?;
+    // `--unconfined`: a profiler that follows children cannot trace into the sandbox.
+    let unconfined = args.iter().any(|a| a == "--unconfined");
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .filter(|a| *a != "--unconfined")
+        .cloned()
+        .collect();
+    let options = options(&rest)?;
+    let rt = links::runtime(0)?;
+    let host = links::spawn_host(
+        &rt,
+        &options.worker,
+        airlock_host::TransportChoice::Pipe,
+        if unconfined {
+            airlock_host::Confinement::none()
+        } else {
+            airlock_host::Confinement::strict()
+        },
+    )?;
+    let elapsed = links::calls(&rt, &host, n)?;
+    rt.block_on(host.shutdown());
+    eprintln!(
+        "{n} calls: {:.2} µs each",
+        elapsed.as_secs_f64() * 1e6 / f64::from(n)
+    );
     Ok(())
 }
 

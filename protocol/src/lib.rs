@@ -67,7 +67,7 @@ pub use error::{
 pub(crate) use frame::body_frame_len;
 pub use frame::{decode_frame, Frame, FrameKind, RefuseReason, Transmit, Welcome, TOKEN_LEN};
 pub use framing::{FrameDecoder, LENGTH_PREFIX};
-pub use id::CallId;
+pub use id::{BuildIdHasher, CallId, IdHasher};
 pub use limits::check_timeout;
 pub use limits::{
     HostConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT,

@@ -50,3 +50,123 @@ pub trait Transport: Send {
     /// Splits into halves that can be driven from different tasks.
     fn split(self) -> (Self::Sender, Self::Receiver);
 }
+
+/// The write in flight on a connection, driven from the loop that owns the session instead of
+/// a writer task of its own.
+///
+/// [`start`](Self::start) hands a batch to the sender and polls it once: when the OS takes
+/// every byte at once (the common case: the peer is reading), it is done there, with no task
+/// hop and no wake-up. Only a write that has to wait stays in flight; the loop then awaits
+/// [`finish`](Self::finish) beside its other inputs (it is cancel-safe) and queues new frames
+/// until the write is done, so frames never interleave and a partial write is never
+/// abandoned. The sender's own send deadline bounds a write that cannot finish.
+pub struct Outgoing {
+    idle: Option<Box<dyn FrameSender>>,
+    flight: Option<Flight>,
+    /// The last batch's emptied buffer, reused for the next one.
+    spare: Vec<Transmit>,
+}
+
+type Flight = core::pin::Pin<
+    Box<
+        dyn core::future::Future<
+                Output = (
+                    Box<dyn FrameSender>,
+                    Vec<Transmit>,
+                    Result<(), TransportError>,
+                ),
+            > + Send,
+    >,
+>;
+
+impl core::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("busy", &self.is_busy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outgoing {
+    /// Writes through `sender`.
+    pub fn new(sender: Box<dyn FrameSender>) -> Self {
+        Self {
+            idle: Some(sender),
+            flight: None,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Whether a write is still in flight (new frames must wait for it).
+    pub fn is_busy(&self) -> bool {
+        self.flight.is_some()
+    }
+
+    /// An empty buffer to gather the next batch in (the last batch's, when there was one).
+    pub fn take_buffer(&mut self) -> Vec<Transmit> {
+        core::mem::take(&mut self.spare)
+    }
+
+    /// Starts writing `batch`: `Some(result)` if it completed at once, `None` if it is in
+    /// flight. Fails with [`TransportError::Closed`] if a write is already in flight or the
+    /// sender is gone.
+    pub async fn start(&mut self, mut batch: Vec<Transmit>) -> Option<Result<(), TransportError>> {
+        let Some(mut sender) = self.idle.take() else {
+            return Some(Err(TransportError::Closed));
+        };
+        let mut flight: Flight = Box::pin(async move {
+            let result = sender.send(&batch).await;
+            batch.clear();
+            (sender, batch, result)
+        });
+        let polled = core::future::poll_fn(|cx| {
+            core::task::Poll::Ready(match flight.as_mut().poll(cx) {
+                core::task::Poll::Ready(done) => Some(done),
+                core::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        match polled {
+            Some(done) => Some(self.landed(done)),
+            None => {
+                self.flight = Some(flight);
+                None
+            }
+        }
+    }
+
+    /// Completes the write in flight; never completes when there is none (for `select!`).
+    /// Cancel-safe: the write stays in flight.
+    pub async fn finish(&mut self) -> Result<(), TransportError> {
+        let Some(flight) = self.flight.as_mut() else {
+            return core::future::pending().await;
+        };
+        let done = flight.await;
+        self.flight = None;
+        self.landed(done)
+    }
+
+    fn landed(
+        &mut self,
+        (sender, batch, result): (
+            Box<dyn FrameSender>,
+            Vec<Transmit>,
+            Result<(), TransportError>,
+        ),
+    ) -> Result<(), TransportError> {
+        self.idle = Some(sender);
+        self.spare = batch;
+        result
+    }
+
+    /// Finishes the write in flight, then closes the write direction.
+    pub async fn close(&mut self) -> Result<(), TransportError> {
+        if self.is_busy() {
+            self.finish().await?;
+        }
+        match self.idle.as_mut() {
+            Some(sender) => sender.close().await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,26 +1,30 @@
-//! The serving loop: one task that owns the [`WorkerSession`], one reading frames, one writing
-//! them, and one task per call.
+//! The serving loop: one task owns the [`WorkerSession`], reads frames, runs calls and writes
+//! replies.
+//!
+//! ```text
+//!   events ──▶ transmit ──▶ wait for: a frame │ a call finishing │ the write in flight
+//! ```
+//!
+//! No reader or writer task: the loop reads the transport itself (`recv` is cancel-safe) and
+//! writes through [`Outgoing`], which completes a write on the spot when the pipe has room. A
+//! call whose handler finishes on its first poll (most do) is answered inline, in the same
+//! turn that received it; only a handler that has to wait becomes a task of its own.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use airlock_codec::Limits;
-use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
+use airlock_protocol::transport::{FrameReceiver, Outgoing, Transport};
 use airlock_protocol::{
-    CallId, CloseReason, ErrorKind, RemoteError, ReplyError, TransportError, WorkerConfig,
-    WorkerEvent, WorkerSession,
+    BuildIdHasher, CallId, CloseReason, ErrorKind, RemoteError, ReplyError, TransportError,
+    WorkerConfig, WorkerEvent, WorkerSession,
 };
 use bytes::Bytes;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::handler::{ErasedHandler, Reply};
 use crate::ServeError;
-
-/// Frames read ahead of the session: bounded, so a fast host cannot grow the worker's memory.
-const READ_AHEAD: usize = 64;
-/// Batches queued for the writer task.
-const WRITE_QUEUE: usize = 64;
 
 /// Everything the loop needs besides the transport.
 pub(crate) struct ServeSpec {
@@ -29,82 +33,60 @@ pub(crate) struct ServeSpec {
     pub(crate) max_concurrency: usize,
 }
 
-/// What the reader task hands the loop.
-type Incoming = Result<Option<Bytes>, TransportError>;
-
 pub(crate) async fn serve_on<T: Transport>(
     spec: ServeSpec,
     transport: T,
 ) -> Result<(), ServeError> {
-    let (mut sender, mut receiver) = transport.split();
-    let (frames_tx, mut frames_rx) = mpsc::channel::<Incoming>(READ_AHEAD);
-    // The host states the connection's frame cap in its `Welcome`; the reader adopts it.
-    let (raise_tx, mut raise_rx) = tokio::sync::oneshot::channel::<u32>();
-    let mut raise_tx = Some(raise_tx);
-    let reader = tokio::spawn(async move {
-        let mut raised = false;
-        loop {
-            let item = receiver.recv().await;
-            let last = !matches!(item, Ok(Some(_)));
-            if frames_tx.send(item).await.is_err() || last {
-                return;
-            }
-            if !raised {
-                // The first frame is the host's answer to our Hello. Frames behind it (a call
-                // queued during a restart, in the same write) may be as large as the Welcome
-                // allows: read no further until the session has adopted its cap. If the first
-                // frame was not a Welcome the session ends and this resolves as dropped.
-                raised = true;
-                if let Ok(max) = (&mut raise_rx).await {
-                    receiver.set_max_frame(max);
-                }
-            }
-        }
-    });
-    let (batches_tx, mut batches_rx) =
-        mpsc::channel::<Vec<airlock_protocol::Transmit>>(WRITE_QUEUE);
-    let writer = tokio::spawn(async move {
-        while let Some(batch) = batches_rx.recv().await {
-            sender.send(&batch).await?;
-        }
-        sender.close().await
-    });
-
+    let (sender, mut receiver) = transport.split();
+    let mut outgoing = Outgoing::new(Box::new(sender));
+    let mut outbox = outgoing.take_buffer();
     let mut session = WorkerSession::new(&spec.config);
     let mut calls = Calls::new(spec.methods, spec.max_concurrency);
     let mut limits = Limits::default();
     let outcome = loop {
-        // Apply what the session decided (which may queue replies), then write everything
-        // it produced in one batch, before waiting for more input.
-        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits, &mut raise_tx) {
+        // Apply what the session decided (which may answer calls inline), then write
+        // everything it produced in one batch, before waiting for more input.
+        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits, &mut receiver) {
             break end;
         }
-        let batch: Vec<_> = std::iter::from_fn(|| session.poll_transmit()).collect();
-        if !batch.is_empty() && batches_tx.send(batch).await.is_err() {
-            break Err(ServeError::Connection(TransportError::Closed));
+        outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+        if !outbox.is_empty() && !outgoing.is_busy() {
+            let batch = std::mem::replace(&mut outbox, outgoing.take_buffer());
+            if let Some(Err(err)) = outgoing.start(batch).await {
+                break Err(ServeError::Connection(err));
+            }
         }
-        if session.is_drained() {
+        if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
         tokio::select! {
-            incoming = frames_rx.recv() => match incoming {
-                Some(Ok(Some(frame))) => session.handle_frame(frame),
+            incoming = receiver.recv() => match incoming {
+                Ok(Some(frame)) => session.handle_frame(frame),
                 // End of stream, or a stream the host broke: either way the host is gone.
-                Some(Ok(None)) | None | Some(Err(TransportError::Frame(_))) => session.handle_eof(),
-                Some(Err(err)) => break Err(ServeError::Connection(err)),
+                Ok(None) | Err(TransportError::Frame(_)) => session.handle_eof(),
+                Err(err) => break Err(ServeError::Connection(err)),
             },
             Some((id, reply)) = calls.next_finished() => answer(&mut session, id, reply),
+            written = outgoing.finish() => if let Err(err) = written {
+                break Err(ServeError::Connection(err));
+            },
         }
     };
     // Flush what is left (the last replies), then close our side.
-    let rest: Vec<_> = std::iter::from_fn(|| session.poll_transmit()).collect();
-    if !rest.is_empty() {
-        let _ = batches_tx.send(rest).await;
-    }
-    drop(batches_tx);
+    outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+    let flushed = async {
+        if outgoing.is_busy() {
+            outgoing.finish().await?;
+        }
+        if !outbox.is_empty() {
+            if let Some(written) = outgoing.start(outbox).await {
+                written?;
+            }
+        }
+        outgoing.close().await
+    };
+    let _ = flushed.await;
     calls.abort_all();
-    reader.abort();
-    let _ = writer.await;
     outcome
 }
 
@@ -134,24 +116,21 @@ fn handle_events(
     session: &mut WorkerSession,
     calls: &mut Calls,
     limits: &mut Limits,
-    raise: &mut Option<tokio::sync::oneshot::Sender<u32>>,
+    receiver: &mut impl FrameReceiver,
 ) -> Option<Result<(), ServeError>> {
     while let Some(event) = session.poll_event() {
         match event {
             WorkerEvent::Welcomed(welcome) => {
-                if let Some(raise) = raise.take() {
-                    let _ = raise.send(welcome.max_frame);
-                }
+                // Frames behind the Welcome may be as large as it allows; the receiver has
+                // not looked at their prefixes yet, and adopts the cap before it does.
+                receiver.set_max_frame(welcome.max_frame);
                 *limits = Limits::default()
                     .max_bytes(welcome.max_frame as usize)
                     .max_len(welcome.max_frame as usize);
             }
             WorkerEvent::Call { id, method, body } => {
-                match calls.start(id, method.as_str(), body, limits) {
-                    Ok(()) => {}
-                    Err(error) => {
-                        let _ = session.reply_fail(id, &error);
-                    }
+                if let Some(reply) = calls.start(id, method.as_str(), body, limits) {
+                    answer(session, id, reply);
                 }
             }
             WorkerEvent::Cancel { id } => calls.cancel(id),
@@ -170,14 +149,15 @@ fn handle_events(
     None
 }
 
-/// The calls running in this worker: one task each, bounded by a semaphore.
+/// The calls running in this worker, bounded by a semaphore: answered inline when their
+/// handler is ready at once, else one task each.
 struct Calls {
     methods: HashMap<String, ErasedHandler>,
     permits: Arc<Semaphore>,
     tasks: JoinSet<(CallId, Reply)>,
     /// Task id → call id, to answer a call whose task panicked or was aborted.
-    by_task: HashMap<tokio::task::Id, CallId>,
-    handles: HashMap<CallId, AbortHandle>,
+    by_task: HashMap<tokio::task::Id, CallId, BuildIdHasher>,
+    handles: HashMap<CallId, AbortHandle, BuildIdHasher>,
 }
 
 impl Calls {
@@ -186,42 +166,66 @@ impl Calls {
             methods,
             permits: Arc::new(Semaphore::new(max_concurrency.max(1))),
             tasks: JoinSet::new(),
-            by_task: HashMap::new(),
-            handles: HashMap::new(),
+            by_task: HashMap::default(),
+            handles: HashMap::default(),
         }
     }
 
-    fn start(
-        &mut self,
-        id: CallId,
-        method: &str,
-        body: Bytes,
-        limits: &Limits,
-    ) -> Result<(), RemoteError> {
+    /// Starts call `id`. `Some` when it is answered already: no such method, or a handler
+    /// that finished (or panicked) on its first poll, run inline with a free permit. Otherwise
+    /// the call becomes a task, and [`next_finished`](Self::next_finished) yields its reply.
+    fn start(&mut self, id: CallId, method: &str, body: Bytes, limits: &Limits) -> Option<Reply> {
         let Some(handler) = self.methods.get(method) else {
-            return Err(RemoteError::new(
+            return Some(Err(RemoteError::new(
                 ErrorKind::UnknownMethod,
                 &format!("this worker serves no method named {method:?}"),
-            ));
+            )));
         };
         let handler = Arc::clone(handler);
-        let permits = Arc::clone(&self.permits);
         let limits = *limits;
-        let handle = self.tasks.spawn(async move {
-            // The permit travels with the handler (a blocking one keeps it on its thread
-            // even after this task is aborted), so `max_concurrency` bounds what really runs.
-            // Closed only when the loop ends, and then nobody awaits this task.
-            let Ok(permit) = permits.acquire_owned().await else {
-                return (
-                    id,
-                    Err(RemoteError::new(ErrorKind::Internal, "worker stopping")),
-                );
-            };
-            (id, handler(body, limits, permit).await)
-        });
+        // The permit travels with the handler (a blocking one keeps it on its thread even
+        // after its task is aborted), so `max_concurrency` bounds what really runs.
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            // Every slot is taken: the call waits for one in a task of its own. The semaphore
+            // is closed only when the loop ends, and then nobody awaits this task.
+            let permits = Arc::clone(&self.permits);
+            self.spawn(id, async move {
+                match permits.acquire_owned().await {
+                    Ok(permit) => handler(body, limits, permit).await,
+                    Err(_) => Err(RemoteError::new(ErrorKind::Internal, "worker stopping")),
+                }
+            });
+            return None;
+        };
+        let mut future = handler(body, limits, permit);
+        // One poll here, with a waker that does nothing: a handler that is ready at once is
+        // answered now; one that is not is moved into its task, whose first poll registers
+        // the task's own waker (every poll must), so no wake-up is lost.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            future.as_mut().poll(&mut cx)
+        }));
+        match polled {
+            Ok(std::task::Poll::Ready(reply)) => Some(reply),
+            Ok(std::task::Poll::Pending) => {
+                self.spawn(id, future);
+                None
+            }
+            Err(payload) => Some(Err(RemoteError::new(
+                ErrorKind::Panic,
+                &panic_message(payload),
+            ))),
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        id: CallId,
+        call: impl std::future::Future<Output = Reply> + Send + 'static,
+    ) {
+        let handle = self.tasks.spawn(async move { (id, call.await) });
         self.by_task.insert(handle.id(), id);
         self.handles.insert(id, handle);
-        Ok(())
     }
 
     fn cancel(&mut self, id: CallId) {

@@ -124,7 +124,7 @@ pub struct HostSession {
     state: State,
     decoder: FrameDecoder,
     encoder: Encoder,
-    calls: HashMap<CallId, PendingCall>,
+    calls: HashMap<CallId, PendingCall, crate::BuildIdHasher>,
     /// Every pending call's deadline, soonest first; entries leave with their calls, so its
     /// size is the number of calls in flight.
     deadlines: BTreeSet<(Instant, CallId)>,
@@ -144,7 +144,7 @@ impl HostSession {
             decoder: FrameDecoder::new(config.frame_limit().min(crate::HANDSHAKE_MAX_FRAME)),
             state: State::AwaitingHello { deadline },
             encoder: Encoder::default(),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             deadlines: BTreeSet::new(),
             finished: FinishedIds::default(),
             transmits: VecDeque::new(),

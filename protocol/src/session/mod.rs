@@ -85,7 +85,7 @@ pub(crate) struct FinishedIds {
     /// Oldest first, to forget in order.
     order: VecDeque<CallId>,
     /// The same ids, for constant-time lookup (the worker asks on every `Call`).
-    ids: HashSet<CallId>,
+    ids: HashSet<CallId, crate::BuildIdHasher>,
     capacity: usize,
 }
 
@@ -99,7 +99,7 @@ impl FinishedIds {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
             order: VecDeque::new(),
-            ids: HashSet::new(),
+            ids: HashSet::default(),
             capacity: capacity.max(FINISHED_ID_MEMORY),
         }
     }
