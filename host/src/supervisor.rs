@@ -86,7 +86,7 @@ pub(crate) struct Supervisor {
     /// One `getrandom` per call id, on purpose. A buffer of OS randomness would save that
     /// system call (about 250 ns), but `fork` copies it: a host used on both sides of a fork
     /// would send the same ids in the same order, and a worker that saw one side's could forge
-    /// the other's next `Return` (review of 4e525c8, reverted).
+    /// the other's next `Return` (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
     rng: UnwrapErr<OsRng>,
     /// Calls accepted but not yet on a worker (handshake or restart in progress).
     waiting: VecDeque<CallRequest>,

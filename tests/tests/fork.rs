@@ -1,11 +1,11 @@
-//! DESIGN invariant 4 across a `fork` of the host process: call ids stay fresh on both sides.
+//! Invariant 4 (call ids are fresh, unpredictable randomness) across a `fork` of the host process: call ids stay fresh on both sides.
 //!
 //! A host that keeps any generator state in memory (a buffer of OS randomness, a seeded CSPRNG)
 //! has it copied by `fork`: parent and child would then send the same ids in the same order, and
 //! a worker that saw the child's calls would know the parent's next ids before they were sent,
-//! free to stage a `Return` for them (the predictable-id attack, THREAT-MODEL lesson 4;
-//! `airlock-protocol`'s `predictable_ids.rs` shows such a forgery landing). This happened: a
-//! buffered generator was proposed, and review broke it exactly so.
+//! free to stage a `Return` for them (the predictable-id attack; `airlock-protocol`'s
+//! `predictable_ids.rs` shows such a forgery landing). Any batching of OS randomness must keep
+//! this test passing.
 //!
 //! Its own test binary: `fork` in a process whose other threads run tests could copy a lock
 //! one of them holds.

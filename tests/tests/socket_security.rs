@@ -253,8 +253,8 @@ async fn wrong_and_replayed_tokens_are_refused() {
 #[tokio::test]
 async fn a_dead_processs_connection_is_not_taken_for_the_pid_it_had() {
     // A process connects with the real token and exits; the kernel goes on naming its pid as
-    // the connection's peer. Once that number passes to the worker (a pid-reuse race, which
-    // review won), the credentials and the token together would pass the ghost off as the
+    // the connection's peer. Once that number passes to the worker (a pid-reuse race a
+    // same-uid process can win), the credentials and the token together would pass the ghost off as the
     // worker. Here the pid is expected directly: the same checks the race would face.
     let listener = NamedListener::bind(NamedConfig::default()).expect("bind");
     let env = listener.env();

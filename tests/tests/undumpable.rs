@@ -72,8 +72,8 @@ async fn a_same_uid_sibling_cannot_reach_a_serving_workers_descriptors() {
     // Live: a worker that does not harden itself (the rogue, honest here, speaking the same
     // protocol on its stdin and stdout) is open to another process of its uid. (Only listing is
     // probed: this host runs as root, so its pipes are root's, mode 0600, and reopening them
-    // would fail on their permissions whatever the worker does. Review reopened them with the
-    // host running as the workers' uid.)
+    // would fail on their permissions whatever the worker does; with the host running as the
+    // workers' uid they reopen.)
     let rogue = rogue_bin().to_string_lossy().into_owned();
     let plain = host_as_nobody(setpriv, &rogue, &["honest"]).await;
     let plain_pid = call_pid(&plain).await.unwrap();

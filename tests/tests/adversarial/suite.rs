@@ -1402,7 +1402,7 @@ async fn fork_grandchild() {
 async fn setsid_grandchild_cannot_keep_the_hosts_stderr_relay() {
     // Unconfined, a grandchild that leaves the worker's process group (its own session)
     // survives the group kill (confined, it dies with the worker's PID namespace:
-    // `runtime_review::a_descendant_that_leaves_the_process_group_dies_with_the_worker`).
+    // `worker_processes::a_descendant_that_leaves_the_process_group_dies_with_the_worker`).
     // What the host must still not do is keep reading its stderr: then every such grandchild
     // would hold a host descriptor and task for as long as it lives, and go on writing into
     // the host's log under the dead worker's name.

@@ -1,7 +1,7 @@
-//! Third adversarial review of worker/src/serve.rs (1ef9af2): the reader task hands over the
-//! first frame and then waits for the serving loop to adopt the Welcome's cap. Each test
-//! asserts the SAFE behaviour (no deadlock, no lost or duplicated frame): a failing test is a
-//! reproduced defect.
+//! The worker's first frames: whatever the host's first frame is (a Refuse, a malformed frame,
+//! a call before Welcome, an invalid Welcome, end of stream, an oversized prefix), serving ends
+//! cleanly; frames behind the Welcome in the same read are neither lost nor duplicated, and may
+//! be as large as the Welcome allows.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Third adversarial review of the host runtime's fixes (1ef9af2). Each test asserts the SAFE
-//! behaviour: a failing test is a reproduced defect (see the review report).
+//! A descendant that reuses the host's pid can still spawn workers: the spawner thread is
+//! recognised by its thread id, not by the pid alone.
 //!
 //! `fork`/`unshare`/`waitpid` have no safe wrapper here: this file allows `unsafe` for them.
 #![allow(unsafe_code)]

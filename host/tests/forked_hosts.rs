@@ -1,5 +1,5 @@
-//! Second adversarial review of the host runtime's fixes (9799efb). Each test asserts the SAFE
-//! behaviour: a failing test is a reproduced defect (see the review report).
+//! A host used in a forked child: spawning there does not hang, and the `close_range` fallback
+//! closes every descriptor the worker would otherwise inherit.
 //!
 //! `fork`/`waitpid` have no safe wrapper here: this file allows `unsafe` for them alone.
 #![allow(unsafe_code)]
@@ -79,7 +79,7 @@ fn spawning_in_a_forked_child_does_not_hang() {
 }
 
 /// Set in the re-executed test process that runs `fallback_child` under a seccomp filter.
-const FALLBACK_CHILD: &str = "AIRLOCK_REVIEW2_FALLBACK_CHILD";
+const FALLBACK_CHILD: &str = "AIRLOCK_FORKED_HOST_FALLBACK_CHILD";
 
 /// host/src/sys.rs `close_on_exec_from_3` fallback (9799efb "close_range fallback"): where
 /// `close_range(CLOSE_RANGE_CLOEXEC)` is missing (Linux < 5.11, or a seccomp profile that
@@ -193,7 +193,7 @@ fn fallback_child() {
             -1
         );
     }
-    let out = std::env::temp_dir().join(format!("airlock-review2-fds-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!("airlock-forked-host-fds-{}", std::process::id()));
     let _ = std::fs::remove_file(&out);
     let script = format!("ls /proc/$$/fd > {}; exit 0", out.display());
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,5 +1,7 @@
-//! Adversarial review of airlock-codec. Every test asserts the SAFE behaviour: a failing test is a
-//! reproduced defect; a passing one is an attack that held up.
+//! Hostile encodings against the codec: nothing preallocates beyond what the input backs, the
+//! item budget covers the whole value, accepted input is canonical, varints are strict, error
+//! messages carry no control characters, and no input makes it panic. Each test asserts the
+//! safe behaviour; where an attack needs proof that it is live, it first runs on a trusting path.
 
 use airlock_codec::{from_slice, from_value, to_vec, DecodeError, Limits, Value};
 use proptest::prelude::*;

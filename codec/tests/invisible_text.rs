@@ -1,5 +1,5 @@
-//! Second adversarial review of the codec's fixes (67e1548). Each test asserts the SAFE
-//! behaviour: a failing test is a reproduced defect (see the review report).
+//! Text that could hide content in a log or an error message: every invisible format character
+//! counts as unsafe, and a decode error that quotes its input hides nothing.
 
 use airlock_codec::{from_slice, is_unsafe_in_text, Limits, MAX_CUSTOM_MESSAGE};
 use serde::de::{Deserialize, Deserializer, Error as _};

@@ -1,5 +1,6 @@
-//! Third adversarial review: the varint fast path (3f016f8) and the unsafe-text predicate
-//! (1ef9af2). Each test asserts the SAFE behaviour: a failing test is a reproduced defect.
+//! Exhaustive checks against independent references: the varint fast path is strict for every
+//! input of up to three bytes and at every u32/u64 edge, and the unsafe-text predicate agrees
+//! with the Unicode classes it is defined by for every code point.
 
 use airlock_codec::{from_slice, is_unsafe_in_text, DecodeError, Limits};
 

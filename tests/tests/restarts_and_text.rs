@@ -1,6 +1,6 @@
-//! Second adversarial review: attacks on the fixes of 67e1548, 7698143 and 9799efb, end to end
-//! with real processes. Each test asserts the SAFE behaviour: a failing test is a reproduced
-//! defect (see the review report).
+//! End to end: a large call queued during a restart survives the Welcome, an honest response over
+//! the decode budget fails only its own call, and neither a worker's error message nor its stderr
+//! can hide text in the host's log.
 
 use std::time::{Duration, Instant};
 
@@ -127,7 +127,7 @@ fn tag_characters(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// codec `is_unsafe_in_text` (67e1548), end to end: an error message crossing from the worker
+/// codec `is_unsafe_in_text`, end to end: an error message crossing from the worker
 /// is "bounded and free of characters that could forge or hide log text". A handler that quotes
 /// its (attacker-chosen) input in an error — here the bundled `fail` method — delivers a message
 /// hiding a whole sentence in invisible tag characters to the host, which accepts it as clean.
@@ -166,7 +166,7 @@ async fn worker_stderr_cannot_hide_text_in_the_host_log() {
     let _ = Host::builder("/bin/sh")
         .confinement(airlock_host::Confinement::none())
         .arg("-c")
-        .arg(r"printf 'review2-marker \302\255\363\240\201\201\n' >&2; exit 0")
+        .arg(r"printf 'hidden-text-marker \302\255\363\240\201\201\n' >&2; exit 0")
         .env("PATH", "/usr/bin:/bin")
         .spawn()
         .await;
@@ -177,7 +177,7 @@ async fn worker_stderr_cannot_hide_text_in_the_host_log() {
             .lock()
             .unwrap()
             .iter()
-            .find(|l| l.contains("review2-marker"))
+            .find(|l| l.contains("hidden-text-marker"))
             .cloned();
         if let Some(line) = found {
             break line;

@@ -1,5 +1,5 @@
-//! Second adversarial review of the protocol's fixes (67e1548, 7698143). Each test asserts the
-//! SAFE behaviour: a failing test is a reproduced defect (see the review report).
+//! A worker's `Fail` message cannot hide text in invisible characters: the session refuses it,
+//! and `RemoteError::new` strips them.
 
 mod support;
 
@@ -7,7 +7,7 @@ use airlock_protocol::frame::{self, Frame};
 use airlock_protocol::*;
 use support::Pair;
 
-/// Invisible characters that `airlock_codec::is_unsafe_in_text` (67e1548) lets through: all are
+/// Invisible characters that `airlock_codec::is_unsafe_in_text` once let through: all are
 /// Unicode format characters (general category Cf) or fillers that render as nothing, exactly
 /// the class the fix meant to refuse ("bidi and invisible format characters"). The fix is a
 /// hand-written denylist of ranges — THREAT-MODEL lesson 2: a denylist is fail-open.

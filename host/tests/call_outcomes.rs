@@ -1,6 +1,8 @@
-//! Adversarial review of the host runtime, in process (same codec, sessions and supervisor as a
-//! real worker, no process). Each test asserts the SAFE behaviour: a failing test is a
-//! reproduced defect. See the review report for the analysis behind each one.
+//! Call outcomes in the runtime, in process (the same codec, sessions and supervisor as a real
+//! worker, no process): an oversized response is answered, an expired call neither kills its
+//! worker nor spends the restart budget, a panicking decoder is that call's `Panic`, a liar is
+//! cut off before it answers a sibling, cancelled blocking handlers keep their slot, and an
+//! out-of-range duration is a configuration error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

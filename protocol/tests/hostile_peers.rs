@@ -1,5 +1,8 @@
-//! Adversarial review of airlock-protocol. Every test asserts the SAFE behaviour: a failing test
-//! is a reproduced defect; a passing one is an attack that held up.
+//! The session state machines against hostile peers: no call the host did not send runs, no
+//! reply lands on a call it was not for, deadline bookkeeping stays bounded by the calls in
+//! flight, frames behind a violation are never acted on, and error text is neutralised. Each
+//! test asserts the safe behaviour; `live` helpers first show an attack would land without the
+//! check.
 
 mod support;
 
