@@ -13,8 +13,9 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default grace period between `Shutdown` and SIGKILL: 2 seconds.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// Default send deadline: a worker that does not read a batch within 5 seconds is dead.
-pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default send deadline: a worker that does not read a batch within 5 seconds is dead (the
+/// protocol's one default, shared with the transports).
+pub use airlock_protocol::DEFAULT_SEND_TIMEOUT;
 
 /// Which channel connects host and worker. Each variant exists when its cargo feature is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

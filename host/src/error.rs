@@ -140,4 +140,11 @@ pub enum SpawnError {
     /// outside, not to run under it. It was killed; nothing was sent to it.
     #[error("confinement: {0}")]
     Confinement(#[from] crate::ConfinementError),
+    /// `PoolBuilder::size(0)`: a pool needs at least one worker.
+    #[error("a Pool needs at least one worker: set PoolBuilder::size to 1 or more")]
+    EmptyPool,
+    /// The task supervising the worker ended before it reported whether the worker started:
+    /// the tokio runtime it ran on is shutting down, or the task panicked (a defect in airlock).
+    #[error("the worker's supervisor task ended before the worker was ready (is the runtime shutting down?)")]
+    SupervisorEnded,
 }

@@ -204,7 +204,7 @@ impl Host {
         tokio::spawn(supervisor.run(ready_tx));
         let worker = match ready_rx.await {
             Ok(result) => result?,
-            Err(_) => return Err(SpawnError::Exec(std::io::Error::other("supervisor ended"))),
+            Err(_) => return Err(SpawnError::SupervisorEnded),
         };
         Ok(Host {
             shared: Arc::new(Shared {

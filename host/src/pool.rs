@@ -15,16 +15,20 @@ pub struct PoolBuilder {
 }
 
 impl PoolBuilder {
-    /// Number of workers. Default 1; at least 1.
+    /// Number of workers. Default 1. Zero is refused by [`spawn`](Self::spawn) with
+    /// [`SpawnError::EmptyPool`].
     #[must_use]
     pub fn size(mut self, workers: usize) -> Self {
-        self.size = workers.max(1);
+        self.size = workers;
         self
     }
 
     /// Starts every worker, all at once; fails if any fails to start (those started are shut
     /// down, and the first error is returned).
     pub async fn spawn(self) -> Result<Pool, SpawnError> {
+        if self.size == 0 {
+            return Err(SpawnError::EmptyPool);
+        }
         let mut starting = tokio::task::JoinSet::new();
         for i in 0..self.size {
             let builder = self.host.clone().label(format!("worker-{i}"));
@@ -38,8 +42,8 @@ impl PoolBuilder {
                 Ok((_, Err(err))) => {
                     failure.get_or_insert(err);
                 }
-                Err(join) => {
-                    failure.get_or_insert(SpawnError::Exec(std::io::Error::other(join)));
+                Err(_) => {
+                    failure.get_or_insert(SpawnError::SupervisorEnded);
                 }
             }
         }
@@ -113,5 +117,20 @@ impl Pool {
         for host in &self.hosts {
             host.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pool_of_no_workers_is_refused_before_anything_is_spawned() {
+        // The program does not exist: a clamp to one worker would fail with `Exec` instead.
+        let result = Pool::builder(Host::builder("/nonexistent/airlock-worker"))
+            .size(0)
+            .spawn()
+            .await;
+        assert!(matches!(result, Err(SpawnError::EmptyPool)), "{result:?}");
     }
 }

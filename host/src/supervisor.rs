@@ -8,19 +8,19 @@
 //! ```
 //!
 //! Everything about one worker lives in one `drive` call; when it returns, the worker has been
-//! SIGKILLed and reaped and every call that was on it has its outcome. `drive` reads the
-//! transport itself (a worker can make the host hold one frame, at most `max_frame`, plus what
-//! the decoder has buffered of the next) and writes through [`Outgoing`]: a write the pipe takes
-//! at once is done in the same turn; one that has to wait stays in flight under the sender's
-//! deadline while frames queue behind it (bounded: every frame belongs to a call in flight, or
-//! is one `Shutdown`).
+//! SIGKILLed and reaped and every call that was on it has its outcome.
+//!
+//! The host's reads and writes to the worker stay in tasks of their own, not in this loop: a
+//! worker can make a pipe `read(2)` or `write(2)` sleep inside the kernel (holding the pipe's
+//! lock from a page fault it never serves), and only a loop that is not itself in that system
+//! call can still see the deadline pass and kill the worker, which ends the sleep.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_protocol::transport::Outgoing;
+use airlock_protocol::transport::{FrameReceiver, FrameSender};
 use airlock_protocol::{
     AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
     Transmit, TransportError,
@@ -34,10 +34,17 @@ use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
 use crate::{CallError, ExitInfo, LostReason, SpawnError, WorkerInfo};
 
+/// Frames read ahead of the session per worker. With the decoder's own buffer, a worker can make
+/// the host hold at most `READ_AHEAD + 1` frames (each at most `max_frame`) at once.
+const READ_AHEAD: usize = 8;
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
 /// How long the stderr relay may take to log a dead worker's last lines (then it is aborted).
 const STDERR_DRAIN: Duration = Duration::from_millis(100);
+/// Batches queued for the writer task. When it is full, frames wait in the supervisor's outbox
+/// (bounded: every frame belongs to a call in flight, or is one `Shutdown`); a worker that stops
+/// reading is detected by the writer's send deadline, never by the queue filling up.
+const WRITE_QUEUE: usize = 16;
 /// How long frames already written by an exited worker may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// Longest wait to reap a SIGKILLed worker.
@@ -302,7 +309,7 @@ impl Supervisor {
         let Launched {
             mut process,
             sender,
-            mut receiver,
+            receiver,
             hello,
             token,
             mut stderr,
@@ -318,10 +325,15 @@ impl Supervisor {
         if let Some(hello) = hello {
             session.handle_frame(hello);
         }
-        let mut outgoing = Outgoing::new(sender);
-        // Frames waiting for the write in flight, oldest first.
-        let mut outbox: Vec<Transmit> = outgoing.take_buffer();
-        let mut raised = false;
+        let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
+        let (raise_tx, raise_rx) = oneshot::channel();
+        let mut raise_tx = Some(raise_tx);
+        let reader = tokio::spawn(read_frames(receiver, frames_tx, raise_rx));
+        let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);
+        let mut writer = tokio::spawn(write_frames(sender, batches_rx));
+        let mut writer_done = false;
+        // Frames the writer queue had no room for yet, oldest first.
+        let mut outbox: Vec<Transmit> = Vec::new();
 
         let mut link = Link {
             responders: HashMap::default(),
@@ -358,10 +370,8 @@ impl Supervisor {
                                 .abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
                             continue;
                         }
-                        if !raised {
-                            // Worker frames may now be as large as the connection allows.
-                            raised = true;
-                            receiver.set_max_frame(self.settings.protocol.frame_limit());
+                        if let Some(raise) = raise_tx.take() {
+                            let _ = raise.send(self.settings.protocol.frame_limit());
                         }
                         if let Some(ready) = ready.take() {
                             let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
@@ -386,15 +396,18 @@ impl Supervisor {
                 break reason;
             }
             outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
-            if !outbox.is_empty() && !outgoing.is_busy() {
-                let batch = std::mem::replace(&mut outbox, outgoing.take_buffer());
-                if let Some(Err(_)) = outgoing.start(batch).await {
-                    session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
-                    continue;
+            if !outbox.is_empty() {
+                match batches_tx.try_send(std::mem::take(&mut outbox)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(batch)) => outbox = batch,
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                        continue;
+                    }
                 }
             }
 
-            // 2. Wait for the next input: a command, a frame, time, the process, the write.
+            // 2. Wait for the next input: a command, a frame, time, the process, the writer.
             let now = Instant::now();
             self.expire_waiting(now);
             let next_deadline = [
@@ -440,8 +453,8 @@ impl Supervisor {
                         grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
                     }
                 },
-                frame = receiver.recv() => match frame {
-                    Ok(Some(payload)) => {
+                frame = frames_rx.recv() => match frame {
+                    Some(Ok(Some(payload))) => {
                         // Time before frames: a deadline that passed while this frame waited
                         // is seen first, so the frame cannot complete a call already over.
                         let now = Instant::now();
@@ -450,12 +463,20 @@ impl Supervisor {
                         }
                         session.handle_frame(payload)
                     }
-                    Ok(None) => session.handle_eof(),
-                    Err(TransportError::Frame(err)) => session.handle_framing_error(err),
-                    Err(_) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
+                    Some(Ok(None)) | None => session.handle_eof(),
+                    Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
+                    Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
                 },
-                written = outgoing.finish() => if written.is_err() {
-                    session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                permit = batches_tx.reserve(), if !outbox.is_empty() => {
+                    if let Ok(permit) = permit {
+                        permit.send(std::mem::take(&mut outbox));
+                    }
+                },
+                result = &mut writer, if !writer_done => {
+                    writer_done = true;
+                    if !matches!(result, Ok(Ok(()))) {
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                    }
                 },
                 info = process.wait(), if exited.is_none() => {
                     exited = Some((info, Instant::now()));
@@ -478,22 +499,24 @@ impl Supervisor {
         };
 
         // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
-        // refused worker why), for a bounded moment, then kill and reap it and answer its lost
-        // calls. Only the session's own last frames: what waited in the outbox (calls now
-        // reported lost) must never reach a worker that is being put down. Behind a write
-        // still in flight nothing more is said: it is dropped with the connection.
+        // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
+        // and answer its lost calls.
+        // Only the session's own last frames: what waited in the outbox (calls now reported
+        // lost) must never reach a worker that is being put down.
         outbox.clear();
         let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
-        if !last_words.is_empty() && !outgoing.is_busy() {
-            let said = match outgoing.start(last_words).await {
-                Some(result) => result.is_ok(),
-                None => matches!(
-                    tokio::time::timeout(LAST_WORDS, outgoing.finish()).await,
-                    Ok(Ok(()))
-                ),
-            };
+        if last_words.is_empty() {
+            // Nothing more to say: stop the writer before the kill, so no batch it still holds
+            // (calls now reported lost) reaches whoever may drain the pipe meanwhile.
+            writer.abort();
+        }
+        if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
+            drop(batches_tx);
+            if !writer_done {
+                let _ = tokio::time::timeout(LAST_WORDS, &mut writer).await;
+            }
             // An honest worker exits when refused; give it the moment to read why.
-            if said && exited.is_none() {
+            if exited.is_none() {
                 if let Ok(info) = tokio::time::timeout(LAST_WORDS, process.wait()).await {
                     exited = Some((info, Instant::now()));
                 }
@@ -506,8 +529,8 @@ impl Supervisor {
             Some(info) => Some(info),
             None => process.kill_and_reap(REAP_TIMEOUT).await,
         };
-        drop(outgoing);
-        drop(receiver);
+        reader.abort();
+        writer.abort();
         if let Some(mut relay) = stderr {
             // The worker is reaped: the relay logs what is buffered and ends. A grandchild
             // that escaped the process group may still hold the pipe; it gets nothing more.
@@ -662,4 +685,46 @@ async fn sleep_until_opt(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
     }
+}
+
+type Incoming = Result<Option<Bytes>, TransportError>;
+
+/// Forwards frames to the supervisor. `raise` carries the connection's `max_frame` once the
+/// handshake is done (`recv` is cancel-safe, so switching mid-wait loses nothing).
+async fn read_frames(
+    mut receiver: Box<dyn FrameReceiver>,
+    frames: mpsc::Sender<Incoming>,
+    mut raise: oneshot::Receiver<u32>,
+) {
+    let mut raised = false;
+    loop {
+        let item = tokio::select! {
+            item = receiver.recv() => item,
+            max = &mut raise, if !raised => {
+                raised = true;
+                if let Ok(max) = max {
+                    receiver.set_max_frame(max);
+                }
+                continue;
+            }
+        };
+        let last = !matches!(item, Ok(Some(_)));
+        if frames.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+async fn write_frames(
+    mut sender: Box<dyn FrameSender>,
+    mut batches: mpsc::Receiver<Vec<Transmit>>,
+) -> Result<(), TransportError> {
+    while let Some(mut batch) = batches.recv().await {
+        // Coalesce whatever else is queued into one vectored write.
+        while let Ok(more) = batches.try_recv() {
+            batch.extend(more);
+        }
+        sender.send(&batch).await?;
+    }
+    Ok(())
 }

@@ -63,9 +63,11 @@ impl core::hash::Hash for CallId {
 /// A hasher for maps keyed by [`CallId`] (or by local counters): one multiplication, no
 /// SipHash.
 ///
-/// Sound against a hostile peer because only this side ever *inserts* keys: call ids are drawn
-/// from the OS's CSPRNG, so the table's entries are spread uniformly whatever ids a worker
-/// sends to be looked up. A key a peer chose must never be inserted into a map using it.
+/// Sound against a hostile worker because the host alone *inserts* keys into its maps: call ids
+/// are drawn from the OS's CSPRNG, so the table's entries are spread uniformly whatever ids a
+/// worker sends to be looked up (and a lookup that misses is a fatal violation). The worker's
+/// maps hold ids its host chose, and the host is the party it serves. A key a hostile peer
+/// chose must never be inserted into a map using this hasher.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct IdHasher(u64);
 
@@ -79,8 +81,9 @@ impl core::hash::Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, word: u64) {
-        // Fibonacci hashing: spreads sequential counters into the high bits the table probes
-        // with, and keeps random ids random.
+        // Fibonacci hashing: an odd multiplier permutes the low bits (the bucket index), so
+        // sequential counters stay distinct there, and it fills the high bits (the table's
+        // tag) too; random ids stay random.
         self.0 = (self.0 ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 

@@ -42,6 +42,11 @@ pub const DEFAULT_MAX_PROGRESS_PER_CALL: u32 = 1024;
 /// A worker binary that has not said hello in that time is hung or hostile.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default send deadline, for every transport and the host: 5 seconds for one batch of frames
+/// to be taken by the OS. A pipe or socket buffer drains in microseconds when the peer reads;
+/// five seconds without progress means it stopped reading.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the host enforces on one worker connection.
 ///
 /// ```

@@ -60,6 +60,11 @@ pub trait Transport: Send {
 /// [`finish`](Self::finish) beside its other inputs (it is cancel-safe) and queues new frames
 /// until the write is done, so frames never interleave and a partial write is never
 /// abandoned. The sender's own send deadline bounds a write that cannot finish.
+///
+/// A write that fails (its deadline passed, the peer went away) may have stopped inside a frame,
+/// so the stream is no longer framed: the sender is dropped then, and every later
+/// [`start`](Self::start) or [`close`](Self::close) fails with [`TransportError::Closed`]. No
+/// frame is ever written behind a partial one.
 pub struct Outgoing {
     idle: Option<Box<dyn FrameSender>>,
     flight: Option<Flight>,
@@ -154,8 +159,10 @@ impl Outgoing {
             Result<(), TransportError>,
         ),
     ) -> Result<(), TransportError> {
-        self.idle = Some(sender);
         self.spare = batch;
+        if result.is_ok() {
+            self.idle = Some(sender);
+        }
         result
     }
 
@@ -166,7 +173,7 @@ impl Outgoing {
         }
         match self.idle.as_mut() {
             Some(sender) => sender.close().await,
-            None => Ok(()),
+            None => Err(TransportError::Closed),
         }
     }
 }

@@ -17,11 +17,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Default for [`StreamConfig::send_timeout`]: 10 seconds for one batch to reach the OS.
-///
-/// A pipe buffer drains in microseconds when the peer reads; ten seconds without progress means
-/// it stopped reading.
-pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`StreamConfig::send_timeout`]: the protocol's one send deadline (5 seconds).
+pub use airlock_protocol::DEFAULT_SEND_TIMEOUT;
 
 /// Smallest read the receiver asks the OS for: 64 KiB, a typical pipe's whole buffer.
 pub const READ_CHUNK: usize = 64 * 1024;

@@ -50,8 +50,9 @@ where
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let _permit = permit;
-                // Decoded inside the call's task: a panicking `Deserialize` is this call's `Panic`,
-                // not the serving loop's death, and a large body does not stall other calls.
+                // Decoded inside the call's future: a panicking `Deserialize` is this call's
+                // `Panic`, not the serving loop's death. A large body's call runs in a task of its
+                // own from its first poll, so its decoding does not stall other calls.
                 let request =
                     airlock_codec::from_slice::<M::Request>(&body, &limits).map_err(bad_request)?;
                 encode_response(handler(request).await)

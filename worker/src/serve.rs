@@ -26,6 +26,11 @@ use tokio::task::{AbortHandle, JoinSet};
 use crate::handler::{ErasedHandler, Reply};
 use crate::ServeError;
 
+/// Largest request body whose handler is first polled inline, on the serving loop. Decoding a
+/// larger body, which a handler does before its first `.await`, would hold up every other
+/// call's reading and writing: such a call starts in a task of its own.
+const INLINE_BODY: usize = 64 * 1024;
+
 /// Everything the loop needs besides the transport.
 pub(crate) struct ServeSpec {
     pub(crate) config: WorkerConfig,
@@ -172,8 +177,9 @@ impl Calls {
     }
 
     /// Starts call `id`. `Some` when it is answered already: no such method, or a handler
-    /// that finished (or panicked) on its first poll, run inline with a free permit. Otherwise
-    /// the call becomes a task, and [`next_finished`](Self::next_finished) yields its reply.
+    /// that finished (or panicked) on its first poll, run inline with a free permit for a body
+    /// of at most [`INLINE_BODY`]. Otherwise the call becomes a task, and
+    /// [`next_finished`](Self::next_finished) yields its reply.
     fn start(&mut self, id: CallId, method: &str, body: Bytes, limits: &Limits) -> Option<Reply> {
         let Some(handler) = self.methods.get(method) else {
             return Some(Err(RemoteError::new(
@@ -185,9 +191,15 @@ impl Calls {
         let limits = *limits;
         // The permit travels with the handler (a blocking one keeps it on its thread even
         // after its task is aborted), so `max_concurrency` bounds what really runs.
-        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
-            // Every slot is taken: the call waits for one in a task of its own. The semaphore
-            // is closed only when the loop ends, and then nobody awaits this task.
+        let permit = if body.len() <= INLINE_BODY {
+            Arc::clone(&self.permits).try_acquire_owned().ok()
+        } else {
+            None
+        };
+        let Some(permit) = permit else {
+            // A large body, or every slot taken: the call waits for a slot in a task of its
+            // own. The semaphore is closed only when the loop ends, and then nobody awaits
+            // this task.
             let permits = Arc::clone(&self.permits);
             self.spawn(id, async move {
                 match permits.acquire_owned().await {
@@ -206,15 +218,25 @@ impl Calls {
             future.as_mut().poll(&mut cx)
         }));
         match polled {
-            Ok(std::task::Poll::Ready(reply)) => Some(reply),
+            Ok(std::task::Poll::Ready(reply)) => {
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(future)));
+                Some(reply)
+            }
             Ok(std::task::Poll::Pending) => {
                 self.spawn(id, future);
                 None
             }
-            Err(payload) => Some(Err(RemoteError::new(
-                ErrorKind::Panic,
-                &panic_message(payload),
-            ))),
+            Err(payload) => {
+                // Dropped here, under the same guard: a future whose drop panics too must not
+                // take the serving loop with it.
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(future)));
+                Some(Err(RemoteError::new(
+                    ErrorKind::Panic,
+                    &panic_message(payload),
+                )))
+            }
         }
     }
 

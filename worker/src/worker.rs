@@ -75,6 +75,14 @@ impl Worker {
     }
 
     /// Registers an async handler for `M`.
+    ///
+    /// For speed, a call with a body of up to 64 KiB is first polled on the serving loop
+    /// itself: a handler that is ready at once is answered in the same turn, with no task. One
+    /// that is not ready moves to a task of its own, which polls it again; so the handler's
+    /// future must register the waker of *every* poll, as the `Future` contract requires and
+    /// every tokio primitive does (a hand-written future that keeps only the first waker it saw
+    /// would never be woken). Work before the handler's first `.await` runs on the serving
+    /// loop: keep it short, or use [`blocking_method`](Self::blocking_method).
     #[must_use]
     pub fn method<M, F, Fut>(self, handler: F) -> Self
     where
