@@ -2,8 +2,12 @@
 //!
 //! ```text
 //! cargo xtask bench            # builds release binaries, runs this, updates BENCHMARKS.md
-//! airlock-bench --worker target/release/airlock-worker [--quick]
+//! airlock-bench --worker target/release/airlock-worker [--quick] [--compare-worker OLD]
 //! ```
+//!
+//! `--compare-worker OLD` adds a baseline to the small-call and pipelined rows: the same host
+//! calling a worker binary built from another revision (`cargo xtask bench --compare REV`
+//! builds one), so a change to the worker is measured before and after in one run.
 //!
 //! Every airlock figure sits beside the baselines measured in the same repetitions,
 //! interleaved (the order flips on every repetition), so a machine whose speed drifts moves
@@ -30,11 +34,12 @@ use std::process::{Command, ExitCode, Stdio};
 use links::Error;
 use table::Row;
 
-const USAGE: &str = "usage: airlock-bench --worker PATH [--quick] [--json PATH] [--markdown PATH]";
+const USAGE: &str = "usage: airlock-bench --worker PATH [--quick] [--compare-worker PATH] [--json PATH] [--markdown PATH]";
 
 /// What a run was asked to do.
 struct Options {
     worker: String,
+    compare: Option<String>,
     quick: bool,
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
 fn options(args: &[String]) -> Result<Options, Error> {
     let mut options = Options {
         worker: String::new(),
+        compare: None,
         quick: false,
         json: None,
         markdown: None,
@@ -71,6 +77,7 @@ fn options(args: &[String]) -> Result<Options, Error> {
         match arg.as_str() {
             "--quick" => options.quick = true,
             "--worker" => options.worker = args.next().ok_or(USAGE)?.clone(),
+            "--compare-worker" => options.compare = Some(args.next().ok_or(USAGE)?.clone()),
             "--json" => options.json = Some(args.next().ok_or(USAGE)?.into()),
             "--markdown" => options.markdown = Some(args.next().ok_or(USAGE)?.into()),
             _ => return Err(USAGE.into()),
@@ -92,6 +99,9 @@ fn orchestrate(options: &Options) -> Result<(), Error> {
         command.args(["phase", phase, "--worker", &options.worker]);
         if options.quick {
             command.arg("--quick");
+        }
+        if let Some(old) = &options.compare {
+            command.args(["--compare-worker", old]);
         }
         let out = command.stderr(Stdio::inherit()).output()?;
         if !out.status.success() {
@@ -125,7 +135,12 @@ fn orchestrate(options: &Options) -> Result<(), Error> {
 fn phase(args: &[String]) -> Result<(), Error> {
     let name = args.first().ok_or(USAGE)?;
     let options = options(&args[1..])?;
-    let rows = phases::run(name, &options.worker, options.quick)?;
+    let rows = phases::run(
+        name,
+        &options.worker,
+        options.compare.as_deref(),
+        options.quick,
+    )?;
     let bytes = postcard::to_allocvec(&rows)?;
     std::io::stdout().write_all(&bytes)?;
     Ok(())

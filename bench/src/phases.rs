@@ -42,21 +42,21 @@ fn kilo_per_sec(n: u32, elapsed: Duration) -> f64 {
 }
 
 /// Runs phase `name`.
-pub fn run(name: &str, worker: &str, quick: bool) -> Result<Vec<Row>, Error> {
+pub fn run(name: &str, worker: &str, old: Option<&str>, quick: bool) -> Result<Vec<Row>, Error> {
     let scale = if quick {
         Scale { reps: 5, size: 1 }
     } else {
-        Scale { reps: 9, size: 2 }
+        Scale { reps: 15, size: 3 }
     };
     match name {
         "pinned" => {
             pin_to_one_cpu()?;
-            small_calls("pinned", worker, scale)
+            small_calls("pinned", worker, old, scale)
         }
         "unpinned" => {
             let mut rows = spawn_and_codec(worker, scale)?;
-            rows.extend(small_calls("unpinned", worker, scale)?);
-            rows.extend(throughput(worker, scale)?);
+            rows.extend(small_calls("unpinned", worker, old, scale)?);
+            rows.extend(throughput(worker, old, scale)?);
             Ok(rows)
         }
         other => Err(format!("unknown phase {other}").into()),
@@ -84,7 +84,12 @@ fn interleave(mut measured: Vec<Measured<'_>>, reps: usize) -> Result<Vec<Row>, 
 
 /// Small round trips: `Host::call` of a 64-byte `Echo` beside raw pipes, raw sockets,
 /// ipc-channel and Python.
-fn small_calls(regime: &str, worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+fn small_calls(
+    regime: &str,
+    worker: &str,
+    old: Option<&str>,
+    scale: Scale,
+) -> Result<Vec<Row>, Error> {
     let n = 1000 * scale.size;
     let current = links::runtime(0)?;
     let multi = links::runtime(2)?;
@@ -132,6 +137,22 @@ fn small_calls(regime: &str, worker: &str, scale: Scale) -> Result<Vec<Row>, Err
         first.baselines.pop();
         println_skip("python3 not found: the Python baseline is skipped");
     }
+    let old_host = match old {
+        Some(old) => Some(links::spawn_host(
+            &current,
+            old,
+            TransportChoice::Pipe,
+            Confinement::strict(),
+        )?),
+        None => None,
+    };
+    if let Some(old_host) = old_host.clone() {
+        let current = &current;
+        first.baselines.push(crate::table::Series::new(COMPARED));
+        first_bursts.push(Box::new(move || {
+            Ok(micros_per(n, links::calls(current, &old_host, n)?))
+        }));
+    }
     let measured = vec![
         Measured {
             row: first,
@@ -178,7 +199,10 @@ fn small_calls(regime: &str, worker: &str, scale: Scale) -> Result<Vec<Row>, Err
         },
     ];
     let rows = interleave(measured, scale.reps)?;
-    for host in [&pipe_host, &socket_host] {
+    for host in [&pipe_host, &socket_host]
+        .into_iter()
+        .chain(old_host.as_ref())
+    {
         current.block_on(host.shutdown());
     }
     multi.block_on(multi_host.shutdown());
@@ -189,10 +213,22 @@ fn println_skip(why: &str) {
     eprintln!("airlock-bench: {why}");
 }
 
+/// The baseline series of a worker built from another revision (`--compare-worker`).
+const COMPARED: &str = "the same call to the --compare-worker binary";
+
 /// Pipelined calls on one worker and on a `Pool` of two, and bulk echoes.
-fn throughput(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>, Error> {
     let rt = links::runtime(2)?;
     let host = links::spawn_host(&rt, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let old_host = match old {
+        Some(old) => Some(links::spawn_host(
+            &rt,
+            old,
+            TransportChoice::Pipe,
+            Confinement::strict(),
+        )?),
+        None => None,
+    };
     let pool = links::spawn_pool(&rt, worker, 2)?;
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
@@ -200,18 +236,23 @@ fn throughput(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
         let host = host.clone();
         let rt = &rt;
         let mut raw = RawLink::echo(Raw::Pipe)?;
-        measured.push(Measured {
-            row: Row::new(
-                format!("pipelined, {window} in flight, one worker, 2-thread host"),
-                Unit::KiloPerSec,
-                "Host::call Echo 64 B",
-                &["raw pipelined echo, one write per message"],
-            ),
-            bursts: vec![
-                Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
-                Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
-            ],
-        });
+        let mut row = Row::new(
+            format!("pipelined, {window} in flight, one worker, 2-thread host"),
+            Unit::KiloPerSec,
+            "Host::call Echo 64 B",
+            &["raw pipelined echo, one write per message"],
+        );
+        let mut bursts: Vec<Burst<'_>> = vec![
+            Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
+            Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
+        ];
+        if let Some(old_host) = old_host.clone() {
+            row.baselines.push(crate::table::Series::new(COMPARED));
+            bursts.push(Box::new(move || {
+                Ok(kilo_per_sec(n, links::pipelined(rt, &old_host, n, window)?))
+            }));
+        }
+        measured.push(Measured { row, bursts });
     }
     let n = 10_000 * scale.size;
     let mut raw = RawLink::echo(Raw::Pipe)?;
@@ -264,6 +305,9 @@ fn throughput(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     let rows = interleave(measured, scale.reps)?;
     rt.block_on(host.shutdown());
     rt.block_on(pool.shutdown());
+    if let Some(old_host) = old_host {
+        rt.block_on(old_host.shutdown());
+    }
     Ok(rows)
 }
 

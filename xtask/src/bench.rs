@@ -3,6 +3,10 @@
 //! `bench/src/main.rs`). Writes `target/airlock-bench.json` and the generated part of
 //! `BENCHMARKS.md`.
 //!
+//! `cargo xtask bench --compare REV` also builds the bundled worker at git revision `REV` (in a
+//! worktree under `target/bench-compare/`) and measures it beside the current one, so a change
+//! to the worker is seen before and after in the same run.
+//!
 //! `cargo xtask bench --criterion [ARGS...]` runs the crates' own criterion micro-benchmarks
 //! instead (ARGS go to `cargo bench` unchanged: `--bench codec`, `-- --save-baseline main`...).
 
@@ -20,15 +24,16 @@ pub fn main(args: &[String]) -> Result {
         bench.args(&args[1..]);
         return run::run(&mut bench);
     }
-    let quick = match args {
-        [] => false,
-        [flag] if flag == "--quick" => true,
-        _ => {
-            return Err(Error::usage(
-                "bench: takes --quick, or --criterion [ARGS...]",
-            ))
+    let mut quick = false;
+    let mut compare = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--compare" => compare = Some(rest.next().ok_or_else(usage)?.clone()),
+            _ => return Err(usage()),
         }
-    };
+    }
     run::run(&mut cargo([
         "build",
         "--release",
@@ -55,5 +60,48 @@ pub fn main(args: &[String]) -> Result {
     if quick {
         table.arg("--quick");
     }
+    if let Some(rev) = compare {
+        table.arg("--compare-worker").arg(worker_at(&rev, &target)?);
+    }
     run::run(&mut table)
+}
+
+fn usage() -> Error {
+    Error::usage("bench: takes [--quick] [--compare REV], or --criterion [ARGS...]")
+}
+
+/// Builds the bundled worker as it was at `rev`, in a worktree of its own; returns the binary.
+fn worker_at(rev: &str, target: &std::path::Path) -> Result<std::path::PathBuf> {
+    let base = target.join("bench-compare");
+    let tree = base.join("tree");
+    if tree.exists() {
+        run::run(
+            std::process::Command::new("git")
+                .args(["worktree", "remove", "--force"])
+                .arg(&tree)
+                .current_dir(run::root()),
+        )?;
+    }
+    run::run(
+        std::process::Command::new("git")
+            .args(["worktree", "add", "--detach"])
+            .arg(&tree)
+            .arg(rev)
+            .current_dir(run::root()),
+    )?;
+    let build_target = base.join("target");
+    run::run(
+        cargo([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "airlock-worker",
+            "--bin",
+            "airlock-worker",
+        ])
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", &build_target),
+    )?;
+    Ok(build_target.join("release").join("airlock-worker"))
 }
