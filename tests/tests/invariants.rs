@@ -1,5 +1,5 @@
-//! One test per invariant in SECURITY.md's numbered list, named for it, each against the real worker binary or
-//! the rogue worker. The exhaustive suites (adversarial, lifecycle, the protocol's unit tests)
+//! One test per invariant in ARCHITECTURE.md's table, named for it, each against the real
+//! worker binary or the rogue worker. The exhaustive suites (adversarial, lifecycle, the protocol's unit tests)
 //! go further; these say, in one place, where each promise is checked end to end.
 
 use std::time::{Duration, Instant};
