@@ -1,6 +1,7 @@
 //! One test per invariant in ARCHITECTURE.md's table, named for it, each against the real
-//! worker binary or the rogue worker. The exhaustive suites (adversarial, lifecycle, the protocol's unit tests)
-//! go further; these say, in one place, where each promise is checked end to end.
+//! worker binary or the rogue worker. The exhaustive suites (adversarial, lifecycle, the
+//! protocol's unit tests) go further; these say, in one place, where each promise is checked
+//! end to end.
 
 use std::time::{Duration, Instant};
 
