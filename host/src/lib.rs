@@ -3,7 +3,8 @@
 //!
 //! A [`Host`] spawns a worker (a cleared environment, its own process group, no inherited
 //! descriptors, death with its host), completes the handshake, and sends typed calls:
-//! `host.call::<M>(&request)` where the [`Method`](airlock_protocol::Method) `M` fixes the
+//! `host.call::<M>(&request)` where the [`Method`] `M` (declared in one line with [`method!`])
+//! fixes the
 //! request and response types at compile time. Every reply is bound to exactly one call by a
 //! fresh random 128-bit id and the method's name, and decoded by a non-executing, budgeted
 //! codec. A worker that breaks any rule, lies about a response, misses a deadline, stops
@@ -22,6 +23,9 @@
 //! host.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! Everything a host program names is re-exported here ([`Method`], [`Limits`],
+//! [`HostConfig`], the error types), so `airlock-host` is its only airlock dependency.
 //!
 //! [`InProcess`] runs the same handlers through the same codec and state machines inside the
 //! host process, for development and tests; [`Pool`] spreads calls over several workers.
@@ -66,3 +70,10 @@ pub use in_process::InProcess;
 pub use info::WorkerInfo;
 pub use pool::{Pool, PoolBuilder};
 pub use stats::{FailureCounts, HostStats};
+
+// Everything a host program names, so `airlock-host` is its one airlock dependency.
+pub use airlock_codec::{DecodeError, EncodeError, Limits, Value};
+pub use airlock_protocol::{
+    method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason, RemoteError, Violation,
+    MAX_TIMEOUT,
+};

@@ -33,6 +33,40 @@ pub trait Method: 'static {
     type Response: Serialize + DeserializeOwned + Send + Sync + 'static;
 }
 
+/// Declares a [`Method`] in one line, in a crate both sides share: a unit struct named `$ty`
+/// whose wire name is `$name`, with its request and response types. An invalid name fails the
+/// build.
+///
+/// ```
+/// airlock_protocol::method!(
+///     /// Greets someone by name.
+///     pub Greet, "greet", String => String
+/// );
+/// use airlock_protocol::Method;
+/// assert_eq!(Greet::NAME, "greet");
+/// ```
+///
+/// ```compile_fail
+/// airlock_protocol::method!(pub Spaced, "not a method name", () => ());
+/// ```
+#[macro_export]
+macro_rules! method {
+    ($(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis struct $ty;
+        impl $crate::Method for $ty {
+            const NAME: &'static str = $name;
+            type Request = $req;
+            type Response = $resp;
+        }
+        const _: () = assert!(
+            $crate::is_valid_method_name($name),
+            "a method name is 1-64 bytes of [A-Za-z0-9._-]"
+        );
+    };
+}
+
 /// True if `name` is 1–[`MAX_METHOD_NAME`] bytes of `[A-Za-z0-9._-]`. A `const fn`, so a
 /// caller can refuse an invalid [`Method::NAME`] at compile time.
 pub const fn is_valid_method_name(name: &str) -> bool {

@@ -1,65 +1,51 @@
 //! The built-in methods of the `airlock-worker` binary, for demos, tests and benchmarks.
 //!
-//! Each is a [`Method`] type a host can call; [`builtin_worker`] registers them all. Several
+//! Each is a [`Method`](crate::Method) type a host can call; [`builtin_worker`] registers them all. Several
 //! exist to let tests observe the worker from outside (`pid`, `open_fds`, `env`, `cwd`) or to
 //! make it misbehave on request (`sleep`, `fail`, `panic`, `print`, `stderr_flood`).
 
 use std::time::Duration;
 
-use airlock_protocol::Method;
 use serde_bytes::ByteBuf;
 
 use crate::{HandlerError, Worker};
 
-macro_rules! method {
-    ($(#[$doc:meta])* $ty:ident, $name:literal, $req:ty => $resp:ty) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy)]
-        pub struct $ty;
-        impl Method for $ty {
-            const NAME: &'static str = $name;
-            type Request = $req;
-            type Response = $resp;
-        }
-    };
-}
-
-method!(
+crate::method!(
     /// Returns its payload unchanged.
-    Echo, "echo", ByteBuf => ByteBuf);
-method!(
+    pub Echo, "echo", ByteBuf => ByteBuf);
+crate::method!(
     /// Adds integers; an overflow is a handler error.
-    Sum, "sum", Vec<i64> => i64);
-method!(
+    pub Sum, "sum", Vec<i64> => i64);
+crate::method!(
     /// The 64-bit FNV-1a digest of a payload.
-    Digest, "digest", ByteBuf => u64);
-method!(
+    pub Digest, "digest", ByteBuf => u64);
+crate::method!(
     /// Sleeps for the given milliseconds, then returns them.
-    Sleep, "sleep", u64 => u64);
-method!(
+    pub Sleep, "sleep", u64 => u64);
+crate::method!(
     /// Always fails with the given message.
-    Fail, "fail", String => ());
-method!(
+    pub Fail, "fail", String => ());
+crate::method!(
     /// Panics with the given message.
-    Panic, "panic", String => ());
-method!(
+    pub Panic, "panic", String => ());
+crate::method!(
     /// Prints the text to stdout and stderr (stdout must not reach the channel).
-    Print, "print", String => ());
-method!(
+    pub Print, "print", String => ());
+crate::method!(
     /// Writes the given number of lines to stderr.
-    StderrFlood, "stderr_flood", u32 => ());
-method!(
+    pub StderrFlood, "stderr_flood", u32 => ());
+crate::method!(
     /// The worker's process id.
-    Pid, "pid", () => u32);
-method!(
+    pub Pid, "pid", () => u32);
+crate::method!(
     /// The file descriptors open in the worker, from `/proc/self/fd`, with what each points at.
-    OpenFds, "open_fds", () => Vec<(u32, String)>);
-method!(
+    pub OpenFds, "open_fds", () => Vec<(u32, String)>);
+crate::method!(
     /// The worker's environment.
-    Env, "env", () => Vec<(String, String)>);
-method!(
+    pub Env, "env", () => Vec<(String, String)>);
+crate::method!(
     /// The worker's working directory.
-    Cwd, "cwd", () => String);
+    pub Cwd, "cwd", () => String);
 
 /// The 64-bit FNV-1a hash: tiny, dependency-free, and enough to check a payload arrived whole.
 pub fn fnv1a(bytes: &[u8]) -> u64 {

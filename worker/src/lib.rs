@@ -11,14 +11,9 @@
 //!
 //! ```no_run
 //! use airlock_worker::{HandlerError, Worker};
-//! use airlock_protocol::Method;
 //!
-//! pub struct Greet;
-//! impl Method for Greet {
-//!     const NAME: &'static str = "greet";
-//!     type Request = String;
-//!     type Response = String;
-//! }
+//! // Usually in a crate the host shares: `airlock_host::method!` is the same macro.
+//! airlock_worker::method!(pub Greet, "greet", String => String);
 //!
 //! fn main() -> Result<(), airlock_worker::ServeError> {
 //!     Worker::new()
@@ -32,7 +27,9 @@
 //! ```
 //!
 //! The `Method` types are shared with the host, which calls them with
-//! `host.call::<Greet>(&"ada".to_string())` (see `airlock-host`).
+//! `host.call::<Greet>(&"ada".to_string())` (see `airlock-host`). Everything a worker program
+//! names is re-exported here ([`Method`], [`method!`], [`Limits`], [`RemoteError`]...), so
+//! `airlock-worker` is its only airlock dependency.
 //!
 //! Confinement: the host confines every worker before `exec` (namespaces, Landlock, a seccomp
 //! denylist, rlimits). When the host asks (it does by default), [`Worker::serve`] adds the
@@ -53,3 +50,7 @@ mod worker;
 
 pub use error::{HandlerError, ServeError};
 pub use worker::{Worker, DEFAULT_MAX_CONCURRENCY};
+
+// Everything a worker program names, so `airlock-worker` is its one airlock dependency.
+pub use airlock_codec::{Limits, Value};
+pub use airlock_protocol::{method, ErrorKind, Method, RemoteError};
