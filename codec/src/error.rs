@@ -112,7 +112,12 @@ impl fmt::Display for DecodeError {
             }
             Self::TrailingBytes { count } => write!(f, "{count} trailing bytes after the value"),
             Self::DepthLimit { max } => write!(f, "nesting exceeds max_depth ({max})"),
-            Self::ItemLimit { max } => write!(f, "element count exceeds max_items ({max})"),
+            Self::ItemLimit { max } => write!(
+                f,
+                "element count exceeds max_items ({max}); a plain Vec<u8> counts every byte as \
+                 an element: mark the field #[serde(with = \"serde_bytes\")] (or use \
+                 serde_bytes::ByteBuf), or raise Limits::max_items"
+            ),
             Self::LengthLimit { len, max } => {
                 write!(f, "string of {len} bytes exceeds max_len ({max})")
             }
