@@ -13,7 +13,6 @@ use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
-use crate::connection::Live;
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallReply, CallRequest, Command, Supervisor};
@@ -167,8 +166,6 @@ pub struct Host {
 #[derive(Debug)]
 struct Shared {
     commands: mpsc::UnboundedSender<Command>,
-    /// The connected worker, where calls begin without passing through the supervisor.
-    live: Arc<Live>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
     next_key: AtomicU64,
@@ -196,14 +193,12 @@ impl Host {
         let (commands, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
-        let live = Arc::new(Live::default());
         let supervisor = Supervisor::new(
             Arc::clone(&settings),
             launcher,
             receiver,
             Arc::clone(&counters),
             Arc::clone(&alive),
-            Arc::clone(&live),
         );
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(supervisor.run(ready_tx));
@@ -214,7 +209,6 @@ impl Host {
         Ok(Host {
             shared: Arc::new(Shared {
                 commands,
-                live,
                 counters,
                 alive,
                 next_key: AtomicU64::new(0),
@@ -295,14 +289,10 @@ impl Host {
             decode: decode_response::<M::Response>,
             reply,
         };
-        // Begun here when a worker is taking calls; otherwise the supervisor queues it for the
-        // worker being started.
-        if let Err(call) = self.shared.live.try_begin(call) {
-            self.shared
-                .commands
-                .send(Command::Call(call))
-                .map_err(|_| CallError::Shutdown)?;
-        }
+        self.shared
+            .commands
+            .send(Command::Call(call))
+            .map_err(|_| CallError::Shutdown)?;
         guard.key = Some(key);
         // The supervisor enforces the deadline (and kills the worker when it passes); this
         // outer bound only guards against the supervisor itself being gone.

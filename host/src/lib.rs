@@ -43,7 +43,6 @@
 
 mod config;
 pub mod confinement;
-mod connection;
 mod error;
 mod host;
 mod in_process;

@@ -1,5 +1,5 @@
-//! The supervisor: one task per host that launches its worker, keeps time for it, watches its
-//! process, takes the calls that find no worker ready, and replaces the worker when it is lost.
+//! The supervisor: one task per host that owns the current worker's session, moves bytes and
+//! time into it, delivers outcomes, and replaces the worker when it is lost.
 //!
 //! ```text
 //!   launch ──▶ drive (handshake, calls) ──▶ worker lost ──▶ backoff ──▶ launch ...
@@ -8,32 +8,43 @@
 //! ```
 //!
 //! Everything about one worker lives in one `drive` call; when it returns, the worker has been
-//! SIGKILLed and reaped and every call that was on it has its outcome. The calls themselves do
-//! not pass through here: callers begin them and the reader task completes them, on the shared
-//! connection (see `connection.rs`). The supervisor never reads or writes the worker's channel,
-//! so a worker that stalls a read or a write inside the kernel cannot stop it from seeing a
-//! deadline pass and killing the worker.
+//! SIGKILLed and reaped and every call that was on it has its outcome.
+//!
+//! The host's reads and writes to the worker stay in tasks of their own, not in this loop: a
+//! worker can make a pipe `read(2)` or `write(2)` sleep inside the kernel (holding the pipe's
+//! lock from a page fault it never serves), and only a loop that is not itself in that system
+//! call can still see the deadline pass and kill the worker, which ends the sleep.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_protocol::transport::FrameSender;
-use airlock_protocol::{AbortReason, CloseReason, Event, HostSession, Transmit, TransportError};
+use airlock_protocol::transport::{FrameReceiver, FrameSender};
+use airlock_protocol::{
+    AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
+    Transmit, TransportError,
+};
 use bytes::Bytes;
+use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Settings;
-use crate::connection::{deliver, fail, read_frames, Core, Live};
 use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
 use crate::{CallError, ExitInfo, LostReason, SpawnError, WorkerInfo};
 
+/// Frames read ahead of the session per worker. With the decoder's own buffer, a worker can make
+/// the host hold at most `READ_AHEAD + 1` frames (each at most `max_frame`) at once.
+const READ_AHEAD: usize = 8;
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
 /// How long the stderr relay may take to log a dead worker's last lines (then it is aborted).
 const STDERR_DRAIN: Duration = Duration::from_millis(100);
+/// Batches queued for the writer task. When it is full, frames wait in the supervisor's outbox
+/// (bounded: every frame belongs to a call in flight, or is one `Shutdown`); a worker that stops
+/// reading is detected by the writer's send deadline, never by the queue filling up.
+const WRITE_QUEUE: usize = 16;
 /// How long frames already written by an exited worker may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// Longest wait to reap a SIGKILLed worker.
@@ -46,7 +57,7 @@ pub(crate) struct CallRequest {
     pub(crate) method: &'static str,
     pub(crate) body: Bytes,
     pub(crate) deadline: Instant,
-    /// Decodes the method's response; run by the reader task before it accepts another frame.
+    /// Decodes the method's response; run where the worker's `Return` is accepted.
     pub(crate) decode: Decode,
     pub(crate) reply: oneshot::Sender<CallReply>,
 }
@@ -79,8 +90,11 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
-    /// The connection callers and the reader task share with this supervisor.
-    live: Arc<Live>,
+    /// One `getrandom` per call id, on purpose. A buffer of OS randomness would save that
+    /// system call (about 250 ns), but `fork` copies it: a host used on both sides of a fork
+    /// would send the same ids in the same order, and a worker that saw one side's could forge
+    /// the other's next `Return` (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
+    rng: UnwrapErr<OsRng>,
     /// Calls accepted but not yet on a worker (handshake or restart in progress).
     waiting: VecDeque<CallRequest>,
     generation: u64,
@@ -100,7 +114,6 @@ impl Supervisor {
         commands: mpsc::UnboundedReceiver<Command>,
         counters: Arc<Counters>,
         alive: Arc<AtomicBool>,
-        live: Arc<Live>,
     ) -> Self {
         Self {
             settings,
@@ -108,7 +121,7 @@ impl Supervisor {
             commands,
             counters,
             alive,
-            live,
+            rng: UnwrapErr(OsRng),
             waiting: VecDeque::new(),
             generation: 0,
             restart_times: VecDeque::new(),
@@ -312,35 +325,35 @@ impl Supervisor {
         if let Some(hello) = hello {
             session.handle_frame(hello);
         }
-        let (batches_tx, batches_rx) = mpsc::unbounded_channel::<Vec<Transmit>>();
-        *self.live.lock() = Some(Core::new(session, batches_tx));
+        let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
-        let mut reader = tokio::spawn(read_frames(
-            receiver,
-            Arc::clone(&self.live),
-            raise_rx,
-            limits,
-        ));
-        let mut reader_done = false;
+        let reader = tokio::spawn(read_frames(receiver, frames_tx, raise_rx));
+        let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);
         let mut writer = tokio::spawn(write_frames(sender, batches_rx));
         let mut writer_done = false;
+        // Frames the writer queue had no room for yet, oldest first.
+        let mut outbox: Vec<Transmit> = Vec::new();
 
+        let mut link = Link {
+            responders: HashMap::default(),
+            keys: HashMap::default(),
+            lost: Vec::new(),
+            timed_out: Vec::new(),
+        };
         let mut exited: Option<(ExitInfo, Instant)> = None;
         let mut grace_until: Option<Instant> = None;
         let mut handles_gone = false;
-        // One timer for the whole life, moved only when the next deadline changes. It is left
-        // armed at a deadline that has since been met (see `Live::try_begin`), and re-armed
-        // when it fires.
+        // One timer for the whole life, moved only when the next deadline changes: a fresh
+        // `sleep` per turn of the loop would enter and leave tokio's timer wheel several times
+        // per call.
         let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
         let mut timer_set_for: Option<Instant> = None;
 
         let close_reason = loop {
-            // 1. Events the session left for the supervisor.
-            self.expire_waiting(Instant::now());
-            let events = self.with_core(|core| std::mem::take(&mut core.events));
+            // 1. Outcomes and frames the session produced.
             let mut closed = None;
-            for event in events {
+            while let Some(event) = session.poll_event() {
                 match event {
                     Event::Ready(info) => {
                         // The worker installs its own filter before its Hello: check it now,
@@ -353,11 +366,8 @@ impl Supervisor {
                             if let Some(ready) = ready.take() {
                                 let _ = ready.send(Err(SpawnError::Confinement(err)));
                             }
-                            self.with_core(|core| {
-                                core.session.abort(CloseReason::Aborted(
-                                    AbortReason::ConfinementNotVerified,
-                                ));
-                            });
+                            session
+                                .abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
                             continue;
                         }
                         if let Some(raise) = raise_tx.take() {
@@ -366,14 +376,17 @@ impl Supervisor {
                         if let Some(ready) = ready.take() {
                             let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
                         }
-                        let waiting = std::mem::take(&mut self.waiting);
-                        let shutting_down = self.shutdown.is_some();
-                        self.with_core(|core| {
-                            for call in waiting {
-                                core.begin(call);
-                            }
-                            core.accepting = !shutting_down && core.session.is_ready();
-                        });
+                        while let Some(call) = self.waiting.pop_front() {
+                            link.begin(&mut session, call, &mut self.rng);
+                        }
+                    }
+                    Event::Completed { id, outcome } => {
+                        // A response that does not decode is a lie: the worker is cut off
+                        // here, before the session takes another frame from it.
+                        let completion = link.complete(id, outcome, &limits);
+                        if completion == Completion::Lied {
+                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                        }
                     }
                     Event::Closed(reason) => closed = Some(reason),
                     _ => {}
@@ -382,11 +395,23 @@ impl Supervisor {
             if let Some(reason) = closed {
                 break reason;
             }
+            outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+            if !outbox.is_empty() {
+                match batches_tx.try_send(std::mem::take(&mut outbox)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(batch)) => outbox = batch,
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                        continue;
+                    }
+                }
+            }
 
-            // 2. Arm the timer for the next deadline. Under the lock, with the session's own
-            // deadline and the record callers compare theirs against in one step, so a call
-            // begun meanwhile either sees the new timer or wakes this loop.
-            let others = [
+            // 2. Wait for the next input: a command, a frame, time, the process, the writer.
+            let now = Instant::now();
+            self.expire_waiting(now);
+            let next_deadline = [
+                session.poll_timeout(),
                 self.next_waiting_deadline(),
                 grace_until,
                 exited.map(|(_, at)| at + EXIT_DRAIN),
@@ -394,75 +419,63 @@ impl Supervisor {
             .into_iter()
             .flatten()
             .min();
-            let more_events = {
-                let mut guard = self.live.lock();
-                let Some(core) = guard.as_mut() else {
-                    break CloseReason::Aborted(AbortReason::TransportFailed);
-                };
-                let next = core.session.poll_timeout().into_iter().chain(others).min();
-                // Moved only to an earlier deadline, or once it has fired: a later one is
-                // reached by re-arming when the earlier fires.
-                if let Some(at) = next {
-                    if timer_set_for.is_none_or(|set| at < set) {
-                        timer.as_mut().reset(tokio::time::Instant::from_std(at));
-                        timer_set_for = Some(at);
-                    }
+            if next_deadline != timer_set_for {
+                if let Some(at) = next_deadline {
+                    timer.as_mut().reset(tokio::time::Instant::from_std(at));
                 }
-                core.timer_at = timer_set_for;
-                !core.events.is_empty()
-            };
-            if more_events {
-                continue;
+                timer_set_for = next_deadline;
             }
-
-            // 3. Wait for the next input: a command, a wake-up, time, the process, the tasks.
             tokio::select! {
                 command = self.commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => {
-                        if let Err(call) = self.live.try_begin(call) {
+                        if session.is_ready() {
+                            link.begin(&mut session, call, &mut self.rng);
+                        } else {
                             self.queue(call);
                         }
                     }
-                    Some(Command::Cancel(key)) => {
-                        let on_worker = self.with_core(|core| match core.link.keys.remove(&key) {
-                            Some(id) => {
-                                core.session.cancel(id);
-                                true
-                            }
-                            None => false,
-                        });
-                        if !on_worker {
-                            self.cancel_waiting(key);
+                    Some(Command::Cancel(key)) => match link.keys.remove(&key) {
+                        Some(id) => {
+                            session.cancel(id);
                         }
-                    }
+                        None => self.cancel_waiting(key),
+                    },
                     Some(Command::Shutdown(done)) => {
                         self.shutdown.get_or_insert_with(Vec::new).push(done);
-                        self.begin_shutdown();
+                        session.shutdown();
                         grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
                     }
                     None => {
                         // Every handle is gone: shut down as if asked.
                         handles_gone = true;
                         self.shutdown.get_or_insert_with(Vec::new);
-                        self.begin_shutdown();
+                        session.shutdown();
                         grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
                     }
                 },
-                () = self.live.wake.notified() => {}
-                result = &mut reader, if !reader_done => {
-                    reader_done = true;
-                    if result.is_err() {
-                        self.with_core(|core| {
-                            core.session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
-                        });
+                frame = frames_rx.recv() => match frame {
+                    Some(Ok(Some(payload))) => {
+                        // Time before frames: a deadline that passed while this frame waited
+                        // is seen first, so the frame cannot complete a call already over.
+                        let now = Instant::now();
+                        if session.poll_timeout().is_some_and(|at| at <= now) {
+                            session.handle_timeout(now);
+                        }
+                        session.handle_frame(payload)
+                    }
+                    Some(Ok(None)) | None => session.handle_eof(),
+                    Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
+                    Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
+                },
+                permit = batches_tx.reserve(), if !outbox.is_empty() => {
+                    if let Ok(permit) = permit {
+                        permit.send(std::mem::take(&mut outbox));
                     }
                 },
                 result = &mut writer, if !writer_done => {
                     writer_done = true;
                     if !matches!(result, Ok(Ok(()))) {
-                        self.with_core(|core| {
-                            core.session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
-                        });
+                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
                     }
                 },
                 info = process.wait(), if exited.is_none() => {
@@ -475,38 +488,33 @@ impl Supervisor {
                     // Fired: re-armed next turn if a deadline is still pending.
                     timer_set_for = None;
                     let now = Instant::now();
-                    let grace_over = grace_until.is_some_and(|t| now >= t);
-                    let drained = exited.is_some_and(|(_, at)| now >= at + EXIT_DRAIN);
-                    self.with_core(|core| {
-                        core.session.handle_timeout(now);
-                        if grace_over {
-                            core.session.abort(CloseReason::Aborted(AbortReason::HostShutdown));
-                        } else if drained {
-                            core.session.abort(CloseReason::Aborted(AbortReason::ProcessExited));
-                        }
-                    });
+                    session.handle_timeout(now);
+                    if grace_until.is_some_and(|t| now >= t) {
+                        session.abort(CloseReason::Aborted(AbortReason::HostShutdown));
+                    } else if exited.is_some_and(|(_, at)| now >= at + EXIT_DRAIN) {
+                        session.abort(CloseReason::Aborted(AbortReason::ProcessExited));
+                    }
                 }
             }
         };
 
-        // 4. The worker is over. No caller can reach it now; write what the session still has
-        // to say (a `Refuse` telling a refused worker why), for a bounded moment, then kill
-        // and reap it, stop its tasks, and answer its lost calls.
-        let mut core = self.live.lock().take();
-        let last_words = core
-            .as_mut()
-            .map(|core| std::mem::take(&mut core.last_words))
-            .unwrap_or_default();
-        reader.abort();
-        if last_words.is_empty() || writer_done {
+        // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
+        // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
+        // and answer its lost calls.
+        // Only the session's own last frames: what waited in the outbox (calls now reported
+        // lost) must never reach a worker that is being put down.
+        outbox.clear();
+        let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+        if last_words.is_empty() {
             // Nothing more to say: stop the writer before the kill, so no batch it still holds
             // (calls now reported lost) reaches whoever may drain the pipe meanwhile.
             writer.abort();
-        } else if core
-            .as_mut()
-            .is_some_and(|core| core.send_last_words(last_words))
-        {
-            let _ = tokio::time::timeout(LAST_WORDS, &mut writer).await;
+        }
+        if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
+            drop(batches_tx);
+            if !writer_done {
+                let _ = tokio::time::timeout(LAST_WORDS, &mut writer).await;
+            }
             // An honest worker exits when refused; give it the moment to read why.
             if exited.is_none() {
                 if let Ok(info) = tokio::time::timeout(LAST_WORDS, process.wait()).await {
@@ -521,6 +529,7 @@ impl Supervisor {
             Some(info) => Some(info),
             None => process.kill_and_reap(REAP_TIMEOUT).await,
         };
+        reader.abort();
         writer.abort();
         if let Some(mut relay) = stderr {
             // The worker is reaped: the relay logs what is buffered and ends. A grandchild
@@ -546,34 +555,109 @@ impl Supervisor {
             self.counters.violation(code);
             tracing::warn!(target: "airlock::host", worker = %self.settings.label, "protocol violation: {reason}");
         }
-        if let Some(core) = &mut core {
-            core.link.fail_all(&reason);
-        }
+        link.fail_all(&reason);
         WorkerEnd { reason }
     }
+}
 
-    /// Runs `f` on the connected worker's core (and settles what it changed); `f`'s default
-    /// result when no worker is connected.
-    fn with_core<T: Default>(&self, f: impl FnOnce(&mut Core) -> T) -> T {
-        let (result, settled) = {
-            let mut guard = self.live.lock();
-            let Some(core) = guard.as_mut() else {
-                return T::default();
-            };
-            let result = f(core);
-            (result, core.settle())
+/// The calls on the current worker and their repliers.
+/// How a completed call went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Completion {
+    /// Its caller has its outcome (or will, once the worker is reaped).
+    Answered,
+    /// The worker's response did not decode: its caller got `Decode`, and the worker lied.
+    Lied,
+}
+
+struct Link {
+    responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>), BuildIdHasher>,
+    keys: HashMap<u64, CallId, BuildIdHasher>,
+    /// Calls lost when the session closed, answered once the worker is reaped.
+    lost: Vec<oneshot::Sender<CallReply>>,
+    /// Calls that timed out: answered once the worker is reaped, so a caller that sees
+    /// `Timeout` knows the worker that missed the deadline is already dead.
+    timed_out: Vec<oneshot::Sender<CallReply>>,
+}
+
+impl Link {
+    fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut UnwrapErr<OsRng>) {
+        // A call already past its deadline is not sent: it would only time out on the worker
+        // and take the worker, and every call beside it, down for nothing.
+        if call.deadline <= Instant::now() {
+            return fail(call.reply, CallError::Timeout);
+        }
+        match session.begin_call(call.method, call.body, call.deadline, rng) {
+            Ok(id) => {
+                self.keys.insert(call.key, id);
+                self.responders
+                    .insert(id, (call.key, call.decode, call.reply));
+            }
+            Err(err) => fail(
+                call.reply,
+                match err {
+                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
+                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
+                    BeginCallError::InvalidMethodName => {
+                        CallError::Remote(airlock_protocol::RemoteError::new(
+                            airlock_protocol::ErrorKind::UnknownMethod,
+                            "invalid method name",
+                        ))
+                    }
+                    _ => CallError::Shutdown,
+                },
+            ),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        id: CallId,
+        outcome: Outcome,
+        limits: &airlock_codec::Limits,
+    ) -> Completion {
+        let Some((key, decode, reply)) = self.responders.remove(&id) else {
+            return Completion::Answered;
         };
-        deliver(&self.live, settled, &self.settings.response_limits());
-        result
+        self.keys.remove(&key);
+        let answer = match outcome {
+            Outcome::Returned(body) => match decode(&body, limits) {
+                Ok(value) => CallReply::Returned(value),
+                Err(err) => {
+                    let _ = reply.send(CallReply::Failed(CallError::Decode(err)));
+                    return Completion::Lied;
+                }
+            },
+            Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
+            Outcome::TimedOut => {
+                self.timed_out.push(reply);
+                return Completion::Answered;
+            }
+            Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
+            Outcome::Lost(_) => {
+                self.lost.push(reply);
+                return Completion::Answered;
+            }
+            _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
+        };
+        let _ = reply.send(answer);
+        Completion::Answered
     }
 
-    /// Stops callers from beginning calls on this worker and asks it to finish.
-    fn begin_shutdown(&self) {
-        self.with_core(|core| {
-            core.accepting = false;
-            core.session.shutdown();
-        });
+    fn fail_all(&mut self, reason: &LostReason) {
+        for reply in self.timed_out.drain(..) {
+            let _ = reply.send(CallReply::Failed(CallError::Timeout));
+        }
+        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        for reply in self.lost.drain(..).chain(remaining) {
+            let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
+        }
+        self.keys.clear();
     }
+}
+
+fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
+    let _ = reply.send(CallReply::Failed(err));
 }
 
 fn lost_reason(reason: &CloseReason, exit: Option<ExitInfo>) -> LostReason {
@@ -603,13 +687,40 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-/// The writer task: writes each batch the session produced, coalescing what is queued into one
-/// vectored write. It holds no lock: a write the worker stalls stalls only this task.
+type Incoming = Result<Option<Bytes>, TransportError>;
+
+/// Forwards frames to the supervisor. `raise` carries the connection's `max_frame` once the
+/// handshake is done (`recv` is cancel-safe, so switching mid-wait loses nothing).
+async fn read_frames(
+    mut receiver: Box<dyn FrameReceiver>,
+    frames: mpsc::Sender<Incoming>,
+    mut raise: oneshot::Receiver<u32>,
+) {
+    let mut raised = false;
+    loop {
+        let item = tokio::select! {
+            item = receiver.recv() => item,
+            max = &mut raise, if !raised => {
+                raised = true;
+                if let Ok(max) = max {
+                    receiver.set_max_frame(max);
+                }
+                continue;
+            }
+        };
+        let last = !matches!(item, Ok(Some(_)));
+        if frames.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
 async fn write_frames(
     mut sender: Box<dyn FrameSender>,
-    mut batches: mpsc::UnboundedReceiver<Vec<Transmit>>,
+    mut batches: mpsc::Receiver<Vec<Transmit>>,
 ) -> Result<(), TransportError> {
     while let Some(mut batch) = batches.recv().await {
+        // Coalesce whatever else is queued into one vectored write.
         while let Ok(more) = batches.try_recv() {
             batch.extend(more);
         }

@@ -148,7 +148,12 @@ impl Scene {
         );
         let fresh = host.call::<Pid>(&()).await.unwrap();
         assert_ne!(fresh, striker, "the attacker was reused");
-        assert_eq!(self.pids(), vec![striker, fresh], "one honest replacement");
+        assert_eq!(
+            self.pids(),
+            vec![striker, fresh],
+            "one honest replacement; stats: {:#?}",
+            host.stats()
+        );
         assert!(process_alive(fresh));
         assert_eq!(host.stats().restarts, 1);
         host.shutdown().await;
