@@ -149,23 +149,29 @@ impl Channel {
         }
     }
 
-    /// Wires the channel into `command`; returns the descriptor to move to fd 3, if any.
-    fn wire(&self, command: &mut Command) -> Option<std::os::fd::RawFd> {
+    /// Wires the channel into `command`; returns the descriptor to move to fd 3, if any: a
+    /// copy of the child's end that the command itself owns. The fork may run on the spawner
+    /// thread after this spawn has been given up (its future dropped, its runtime shut down);
+    /// a bare number would by then name whatever descriptor took it, such as another host's
+    /// channel, and hand that to this worker.
+    fn wire(&self, command: &mut Command) -> Result<Option<OwnedFd>, SpawnError> {
         match self {
             #[cfg(feature = "pipe")]
             Channel::Pipe => {
                 command.stdin(Stdio::piped()).stdout(Stdio::piped());
-                None
+                Ok(None)
             }
             #[cfg(feature = "socket")]
             Channel::Inherited { child_end, .. } => {
                 use airlock_transport_socket::{AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD};
-                use std::os::fd::AsRawFd;
                 command
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
-                Some(child_end.as_raw_fd())
+                child_end
+                    .try_clone()
+                    .map(Some)
+                    .map_err(SpawnError::Transport)
             }
             #[cfg(feature = "socket")]
             Channel::Named(listener) => {
@@ -173,7 +179,7 @@ impl Channel {
                     command.env(key, value);
                 }
                 command.stdin(Stdio::null()).stdout(Stdio::null());
-                None
+                Ok(None)
             }
         }
     }
@@ -252,7 +258,7 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
         channel.admit(prepared.expected.uid)?;
     }
     let mut command = base_command(settings, prepared.as_ref());
-    let channel_fd = channel.wire(&mut command);
+    let channel_fd = channel.wire(&mut command)?;
     crate::sys::prepare_child(&mut command, channel_fd);
     if let Some(mut plan) = plan {
         crate::sys::run_before_exec(&mut command, move || plan.run());

@@ -17,20 +17,21 @@ use tokio::process::Command;
 /// - SIGKILL when the thread that forked it dies (`PR_SET_PDEATHSIG`) — the dedicated spawner
 ///   thread, which lives as long as the host process (see `spawner`) — and an immediate exit
 ///   if the host is already gone.
-pub(crate) fn prepare_child(command: &mut Command, channel: Option<RawFd>) {
+pub(crate) fn prepare_child(command: &mut Command, channel: Option<std::os::fd::OwnedFd>) {
     let parent = rustix::process::getpid();
     // Taken before the fork (reading a directory allocates): the descriptors open now, for
     // the fallback below on kernels without `close_range`.
     let open_now = open_descriptors();
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
-    // (close_range or fcntl, dup2, prctl, getppid) on integers captured by value; it allocates
-    // nothing (errors are raw OS codes), takes no lock and touches no shared state, so it is
-    // async-signal-safe.
+    // (close_range or fcntl, dup2, prctl, getppid) on integers captured by value and on the
+    // channel's descriptor, which it owns (so the number still names the channel however late
+    // the fork runs); it allocates nothing (errors are raw OS codes), takes no lock and touches
+    // no shared state, so it is async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             close_on_exec_from_3(&open_now);
-            if let Some(fd) = channel {
-                move_channel_to_3(fd)?;
+            if let Some(fd) = &channel {
+                move_channel_to_3(std::os::fd::AsRawFd::as_raw_fd(fd))?;
             }
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The host may have died before the prctl took effect: then nobody would kill us.
@@ -140,7 +141,7 @@ fn move_channel_to_3(fd: RawFd) -> std::io::Result<()> {
     }
     // `dup2` leaves the copy without close-on-exec; the original (above 3) closes on exec.
     // SAFETY: a plain system call on two integers; `fd` is open in the child because the
-    // parent keeps it open until the spawn has returned.
+    // command that forked it owns it (`prepare_child`).
     if unsafe { libc::dup2(fd, CHANNEL_FD) } != CHANNEL_FD {
         return Err(std::io::Error::last_os_error());
     }

@@ -102,10 +102,14 @@ impl Scene {
     }
 
     async fn spawn(&self, scenario: &str) -> Host {
-        self.builder(scenario)
-            .spawn()
-            .await
-            .expect("the rogue completes its handshake")
+        match self.builder(scenario).spawn().await {
+            Ok(host) => host,
+            Err(err) => panic!(
+                "the rogue completes its handshake: {err:?}; pids {:?}; writes {:02x?}",
+                self.pids(),
+                self.log().writes
+            ),
+        }
     }
 
     /// Every rogue process started for this scene, in order.
