@@ -36,6 +36,9 @@ pub(crate) struct ServeSpec {
     pub(crate) config: WorkerConfig,
     pub(crate) methods: HashMap<String, ErasedHandler>,
     pub(crate) max_concurrency: usize,
+    /// Budgets for decoding requests; `None`: the default budgets, with bytes and lengths
+    /// raised to the host's `max_frame` once it is known.
+    pub(crate) limits: Option<Limits>,
 }
 
 pub(crate) async fn serve_on<T: Transport>(
@@ -47,11 +50,18 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut outbox = outgoing.take_buffer();
     let mut session = WorkerSession::new(&spec.config);
     let mut calls = Calls::new(spec.methods, spec.max_concurrency);
-    let mut limits = Limits::default();
+    let chosen = spec.limits;
+    let mut limits = chosen.unwrap_or_default();
     let outcome = loop {
         // Apply what the session decided (which may answer calls inline), then write
         // everything it produced in one batch, before waiting for more input.
-        if let Some(end) = handle_events(&mut session, &mut calls, &mut limits, &mut receiver) {
+        if let Some(end) = handle_events(
+            &mut session,
+            &mut calls,
+            &mut limits,
+            chosen.is_some(),
+            &mut receiver,
+        ) {
             break end;
         }
         outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
@@ -121,6 +131,7 @@ fn handle_events(
     session: &mut WorkerSession,
     calls: &mut Calls,
     limits: &mut Limits,
+    chosen_limits: bool,
     receiver: &mut impl FrameReceiver,
 ) -> Option<Result<(), ServeError>> {
     while let Some(event) = session.poll_event() {
@@ -129,9 +140,11 @@ fn handle_events(
                 // Frames behind the Welcome may be as large as it allows; the receiver has
                 // not looked at their prefixes yet, and adopts the cap before it does.
                 receiver.set_max_frame(welcome.max_frame);
-                *limits = Limits::default()
-                    .max_bytes(welcome.max_frame as usize)
-                    .max_len(welcome.max_frame as usize);
+                if !chosen_limits {
+                    *limits = Limits::default()
+                        .max_bytes(welcome.max_frame as usize)
+                        .max_len(welcome.max_frame as usize);
+                }
             }
             WorkerEvent::Call { id, method, body } => {
                 if let Some(reply) = calls.start(id, method.as_str(), body, limits) {

@@ -26,6 +26,7 @@ pub struct Worker {
     version: String,
     methods: HashMap<String, ErasedHandler>,
     max_concurrency: usize,
+    limits: Option<airlock_codec::Limits>,
     error: Option<String>,
 }
 
@@ -55,6 +56,7 @@ impl Worker {
             version: env!("CARGO_PKG_VERSION").into(),
             methods: HashMap::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            limits: None,
             error: None,
         }
     }
@@ -71,6 +73,17 @@ impl Worker {
     #[must_use]
     pub fn max_concurrency(mut self, handlers: usize) -> Self {
         self.max_concurrency = handlers.max(1);
+        self
+    }
+
+    /// Budgets for decoding each request. Default: [`Limits::default`](airlock_codec::Limits)
+    /// with `max_bytes` and `max_len` raised to the host's `max_frame`, so every request the
+    /// host can send fits its byte budgets; set this to hold requests to less (or, for a plain
+    /// `Vec<u8>` field, more items). A request over a budget is answered with a `Fail` of
+    /// kind `BadRequest` naming the budget; the worker serves on.
+    #[must_use]
+    pub fn limits(mut self, limits: airlock_codec::Limits) -> Self {
+        self.limits = Some(limits);
         self
     }
 
@@ -139,6 +152,7 @@ impl Worker {
             config,
             methods: self.methods,
             max_concurrency: self.max_concurrency,
+            limits: self.limits,
         })
     }
 

@@ -1,5 +1,6 @@
-//! `cargo xtask ci`: every check a change should pass, cheapest first: formatting, clippy,
-//! the `test` steps, each feature set alone, the fuzz seed corpus, then the docs.
+//! `cargo xtask ci`: every check a change should pass, cheapest first: formatting, the
+//! dependency policy (`deny.toml`: licences, bans, sources), the MSRV build, clippy, the `test`
+//! steps, each feature set alone, the fuzz seed corpus, then the docs.
 
 use crate::run::{self, cargo, Error, Result};
 use crate::test;
@@ -45,6 +46,8 @@ pub fn main(args: &[String]) -> Result {
         return Err(Error::usage(format!("ci: unknown argument `{arg}`")));
     }
     run::run(&mut cargo(["fmt", "--all", "--", "--check"]))?;
+    dependency_policy()?;
+    msrv()?;
     // `--all` covers the workspace only; the two crates outside it are checked by manifest.
     for manifest in OUTSIDE_WORKSPACE {
         run::run(&mut cargo([
@@ -87,4 +90,61 @@ pub fn main(args: &[String]) -> Result {
     let mut doc = cargo(["doc", "--workspace", "--no-deps", "--locked"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     run::run(&mut doc)
+}
+
+/// `cargo deny check licenses bans sources` against `deny.toml`, installing cargo-deny first
+/// when it is missing.
+fn dependency_policy() -> Result {
+    if !run::probe(&mut cargo(["deny", "--version"])) {
+        println!("cargo-deny is not installed; installing it");
+        run::run(&mut cargo(["install", "--locked", "cargo-deny"]))?;
+    }
+    run::run(&mut cargo([
+        "deny", "--locked", "check", "licenses", "bans", "sources",
+    ]))
+}
+
+/// The workspace's `rust-version` (its MSRV), read from the root manifest.
+fn rust_version() -> Result<String> {
+    let manifest = std::fs::read_to_string(run::root().join("Cargo.toml"))
+        .map_err(|e| Error::new(format!("cannot read Cargo.toml: {e}")))?;
+    manifest
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .ok_or_else(|| Error::new("Cargo.toml states no rust-version"))
+}
+
+/// Builds the library crates with the MSRV toolchain when rustup has it installed; says so
+/// and skips otherwise (this machine's rustup cannot fetch toolchains).
+fn msrv() -> Result {
+    let version = rust_version()?;
+    let toolchain = format!("+{version}");
+    if !run::probe(std::process::Command::new("cargo").args([toolchain.as_str(), "--version"])) {
+        println!(
+            "MSRV {version}: toolchain not installed (rustup toolchain install {version}); skipped"
+        );
+        return Ok(());
+    }
+    run::run(
+        std::process::Command::new("cargo")
+            .args([
+                toolchain.as_str(),
+                "check",
+                "--locked",
+                "-p",
+                "airlock-codec",
+                "-p",
+                "airlock-protocol",
+                "-p",
+                "airlock-transport-pipe",
+                "-p",
+                "airlock-transport-socket",
+                "-p",
+                "airlock-worker",
+                "-p",
+                "airlock-host",
+            ])
+            .current_dir(run::root()),
+    )
 }
