@@ -136,11 +136,7 @@ impl Supervisor {
         loop {
             self.generation += 1;
             let started = Instant::now();
-            let end = match self
-                .launcher
-                .launch(&self.settings, &self.counters.stderr_dropped)
-                .await
-            {
+            let end = match self.launch_taking_commands().await {
                 Ok(launched) => {
                     if let WorkerProcess::Child { pid, .. } = &launched.process {
                         self.counters.worker_pid.store(*pid, Ordering::Relaxed);
@@ -274,11 +270,7 @@ impl Supervisor {
     }
 
     fn queue(&mut self, call: CallRequest) {
-        if self.waiting.len() >= self.settings.protocol.in_flight_limit() as usize {
-            fail(call.reply, CallError::Overloaded);
-        } else {
-            self.waiting.push_back(call);
-        }
+        queue_call(&mut self.waiting, &self.settings, call);
     }
 
     fn cancel_waiting(&mut self, key: u64) {
@@ -286,16 +278,46 @@ impl Supervisor {
     }
 
     fn next_waiting_deadline(&self) -> Option<Instant> {
-        self.waiting.iter().map(|c| c.deadline).min()
+        next_deadline(&self.waiting)
     }
 
     /// Calls that waited past their deadline for a worker time out without being sent.
     fn expire_waiting(&mut self, now: Instant) {
-        let (expired, kept): (VecDeque<_>, VecDeque<_>) =
-            self.waiting.drain(..).partition(|c| c.deadline <= now);
-        self.waiting = kept;
-        for call in expired {
-            fail(call.reply, CallError::Timeout);
+        expire(&mut self.waiting, now);
+    }
+
+    /// Launches the next worker while still taking commands: a call made meanwhile waits for
+    /// the worker (or times out at its own deadline), a cancel removes it, a shutdown is kept
+    /// for `drive` to carry out once the worker is up. A launch can take a while (a slow
+    /// handshake, a loaded machine): nothing waits on it unanswered.
+    async fn launch_taking_commands(&mut self) -> Result<Launched, SpawnError> {
+        let Self {
+            launcher,
+            settings,
+            counters,
+            commands,
+            waiting,
+            shutdown,
+            ..
+        } = self;
+        let launch = launcher.launch(settings, &counters.stderr_dropped);
+        let mut launch = std::pin::pin!(launch);
+        let mut handles_gone = false;
+        loop {
+            expire(waiting, Instant::now());
+            let next = next_deadline(waiting);
+            tokio::select! {
+                launched = &mut launch => return launched,
+                () = sleep_until_opt(next) => {}
+                command = commands.recv(), if !handles_gone => match command {
+                    Some(Command::Call(call)) => queue_call(waiting, settings, call),
+                    Some(Command::Cancel(key)) => waiting.retain(|call| call.key != key),
+                    Some(Command::Shutdown(done)) => {
+                        shutdown.get_or_insert_with(Vec::new).push(done);
+                    }
+                    None => handles_gone = true,
+                },
+            }
         }
     }
 
@@ -344,6 +366,12 @@ impl Supervisor {
         let mut exited: Option<(ExitInfo, Instant)> = None;
         let mut grace_until: Option<Instant> = None;
         let mut handles_gone = false;
+        if self.shutdown.is_some() {
+            // Asked for while this worker was being launched: carried out now (before its
+            // handshake, that ends it at once).
+            session.shutdown();
+            grace_until = Some(Instant::now() + self.settings.shutdown_grace);
+        }
         // One timer for the whole life, moved only when the next deadline changes: a fresh
         // `sleep` per turn of the loop would enter and leave tokio's timer wheel several times
         // per call.
@@ -658,6 +686,27 @@ impl Link {
 
 fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
     let _ = reply.send(CallReply::Failed(err));
+}
+
+fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: CallRequest) {
+    if waiting.len() >= settings.protocol.in_flight_limit() as usize {
+        fail(call.reply, CallError::Overloaded);
+    } else {
+        waiting.push_back(call);
+    }
+}
+
+fn next_deadline(waiting: &VecDeque<CallRequest>) -> Option<Instant> {
+    waiting.iter().map(|c| c.deadline).min()
+}
+
+fn expire(waiting: &mut VecDeque<CallRequest>, now: Instant) {
+    let (expired, kept): (VecDeque<_>, VecDeque<_>) =
+        waiting.drain(..).partition(|c| c.deadline <= now);
+    *waiting = kept;
+    for call in expired {
+        fail(call.reply, CallError::Timeout);
+    }
 }
 
 fn lost_reason(reason: &CloseReason, exit: Option<ExitInfo>) -> LostReason {

@@ -193,3 +193,61 @@ async fn worker_stderr_cannot_hide_text_in_the_host_log() {
         "relayed to the host log: {found:?} in {line:?}"
     );
 }
+
+/// A call made while a lost worker's replacement is still being launched times out at its own
+/// deadline, not when the launch ends. Here the launch takes three seconds: over a named socket
+/// the launch waits for the worker to connect, and the replacement sleeps before it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_made_during_a_slow_restart_times_out_at_its_own_deadline() {
+    let dir = std::env::temp_dir().join(format!("airlock-slow-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mark = dir.join("started");
+    let script = format!(
+        "if [ -e \"$MARK\" ]; then /bin/sleep 3; fi; : > \"$MARK\"; exec {}",
+        worker_bin().display()
+    );
+    let host = Host::builder("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .env("MARK", &mark)
+        .transport(airlock_host::TransportChoice::SocketNamed)
+        .confinement(airlock_host::Confinement::none())
+        .restart_policy(RestartPolicy {
+            max_restarts: 5,
+            window: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+        })
+        .spawn()
+        .await
+        .expect("the first worker starts at once");
+    let first = call_pid(&host).await.expect("the first worker answers");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(first as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    // Long enough for the supervisor to see the worker gone and start the slow replacement.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = Instant::now();
+    let outcome = host
+        .call_with_deadline::<Echo>(
+            &ByteBuf::from(b"during the restart".to_vec()),
+            Instant::now() + Duration::from_millis(300),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(outcome, Err(CallError::Timeout));
+    assert!(
+        took < Duration::from_millis(1500),
+        "timed out after {took:?}, not at its 300 ms deadline"
+    );
+    // The replacement comes up and serves.
+    assert_ne!(
+        call_pid(&host).await.expect("the replacement answers"),
+        first
+    );
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
