@@ -445,16 +445,20 @@ impl Connected {
 #[cfg(feature = "pipe")]
 const PIPE_BUFFER: usize = 1024 * 1024;
 
-/// Raises a worker pipe's buffer to [`PIPE_BUFFER`], or to the kernel's `pipe-max-size` if
-/// that is lower. Best effort: a kernel or a user over its allowance that refuses keeps the
-/// pipe as it was, which only costs speed.
+/// [`PIPE_BUFFER`], or the kernel's `pipe-max-size` if that is lower.
 #[cfg(feature = "pipe")]
-fn enlarge_pipe(pipe: &impl std::os::fd::AsFd) {
-    let most = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+fn pipe_buffer_size() -> usize {
+    std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
-        .unwrap_or(PIPE_BUFFER);
-    let _ = rustix::pipe::fcntl_setpipe_size(pipe, PIPE_BUFFER.min(most));
+        .map_or(PIPE_BUFFER, |most| PIPE_BUFFER.min(most))
+}
+
+/// Raises a worker pipe's buffer to `size`. Best effort: a kernel or a user over its allowance
+/// that refuses keeps the pipe as it was, which only costs speed.
+#[cfg(feature = "pipe")]
+fn enlarge_pipe(pipe: &impl std::os::fd::AsFd, size: usize) {
+    let _ = rustix::pipe::fcntl_setpipe_size(pipe, size);
 }
 
 /// Step 4: the channel, connected to the worker `pid` running as `uid`.
@@ -474,8 +478,9 @@ async fn connect(
                     "child stdio missing",
                 )));
             };
-            enlarge_pipe(&stdin);
-            enlarge_pipe(&stdout);
+            let size = pipe_buffer_size();
+            enlarge_pipe(&stdin, size);
+            enlarge_pipe(&stdout, size);
             Ok(Connected::new(StreamTransport::new(
                 stdout,
                 stdin,

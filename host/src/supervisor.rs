@@ -274,7 +274,7 @@ impl Supervisor {
     }
 
     fn cancel_waiting(&mut self, key: u64) {
-        self.waiting.retain(|call| call.key != key);
+        cancel(&mut self.waiting, key);
     }
 
     fn next_waiting_deadline(&self) -> Option<Instant> {
@@ -311,7 +311,7 @@ impl Supervisor {
                 () = sleep_until_opt(next) => {}
                 command = commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => queue_call(waiting, settings, call),
-                    Some(Command::Cancel(key)) => waiting.retain(|call| call.key != key),
+                    Some(Command::Cancel(key)) => cancel(waiting, key),
                     Some(Command::Shutdown(done)) => {
                         shutdown.get_or_insert_with(Vec::new).push(done);
                     }
@@ -694,6 +694,10 @@ fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: Ca
     } else {
         waiting.push_back(call);
     }
+}
+
+fn cancel(waiting: &mut VecDeque<CallRequest>, key: u64) {
+    waiting.retain(|call| call.key != key);
 }
 
 fn next_deadline(waiting: &VecDeque<CallRequest>) -> Option<Instant> {
