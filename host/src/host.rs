@@ -13,6 +13,7 @@ use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
+use crate::connection::Live;
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallReply, CallRequest, Command, Supervisor};
@@ -166,6 +167,8 @@ pub struct Host {
 #[derive(Debug)]
 struct Shared {
     commands: mpsc::UnboundedSender<Command>,
+    /// The current worker's connection: calls begin and complete here without the supervisor.
+    live: Arc<Live>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
     next_key: AtomicU64,
@@ -193,12 +196,14 @@ impl Host {
         let (commands, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
+        let live = Arc::new(Live::default());
         let supervisor = Supervisor::new(
             Arc::clone(&settings),
             launcher,
             receiver,
             Arc::clone(&counters),
             Arc::clone(&alive),
+            Arc::clone(&live),
         );
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(supervisor.run(ready_tx));
@@ -209,6 +214,7 @@ impl Host {
         Ok(Host {
             shared: Arc::new(Shared {
                 commands,
+                live,
                 counters,
                 alive,
                 next_key: AtomicU64::new(0),
@@ -289,23 +295,19 @@ impl Host {
             decode: decode_response::<M::Response>,
             reply,
         };
-        self.shared
-            .commands
-            .send(Command::Call(call))
-            .map_err(|_| CallError::Shutdown)?;
+        // Begun here, on the connected worker, with no hop through the supervisor; while no
+        // worker takes calls (a handshake, a restart) the supervisor queues it.
+        if let Err(call) = self.shared.live.try_begin(call) {
+            self.shared
+                .commands
+                .send(Command::Call(call))
+                .map_err(|_| CallError::Shutdown)?;
+        }
         guard.key = Some(key);
-        // The supervisor enforces the deadline (and kills the worker when it passes); this
-        // outer bound only guards against the supervisor itself being gone.
-        let backstop = deadline.checked_add(Duration::from_secs(5));
-        let answer = match backstop {
-            Some(at) => tokio::time::timeout_at(tokio::time::Instant::from_std(at), answer).await,
-            None => Ok(answer.await),
-        };
-        let reply = match answer {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => return Err(CallError::Shutdown),
-            Err(_) => return Err(CallError::Timeout),
-        };
+        // The supervisor enforces the deadline (and kills the worker when it passes). Every
+        // reply sender is answered or dropped when its worker ends or the supervisor stops
+        // driving it, so this wait is bounded without a timer of its own.
+        let reply = answer.await.map_err(|_| CallError::Shutdown)?;
         guard.key = None;
         match reply {
             // Decoded where the supervisor accepted the frame, with this method's decoder.
@@ -384,7 +386,11 @@ impl Drop for InFlight<'_> {
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
         if let Some(key) = self.key {
-            let _ = self.shared.commands.send(Command::Cancel(key));
+            // On the worker: cancelled there. Still waiting for a worker (or in the command
+            // channel): the supervisor removes it, or cancels it once it has begun it.
+            if !self.shared.live.cancel(key) {
+                let _ = self.shared.commands.send(Command::Cancel(key));
+            }
         }
         if !self.done {
             self.shared

@@ -43,6 +43,7 @@
 
 mod config;
 pub mod confinement;
+mod connection;
 mod error;
 mod host;
 mod in_process;

@@ -10,41 +10,34 @@
 //! Everything about one worker lives in one `drive` call; when it returns, the worker has been
 //! SIGKILLed and reaped and every call that was on it has its outcome.
 //!
-//! The host's reads and writes to the worker stay in tasks of their own, not in this loop: a
+//! The supervisor never reads or writes the worker's channel (see [`crate::connection`]): a
 //! worker can make a pipe `read(2)` or `write(2)` sleep inside the kernel (holding the pipe's
 //! lock from a page fault it never serves), and only a loop that is not itself in that system
-//! call can still see the deadline pass and kill the worker, which ends the sleep.
+//! call can still see the deadline pass and kill the worker, which ends the sleep. Calls begin
+//! and complete without it; it wakes for the handshake, earlier deadlines, the process, and
+//! the worker's end.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_protocol::transport::{FrameReceiver, FrameSender};
-use airlock_protocol::{
-    AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
-    Transmit, TransportError,
-};
+use airlock_protocol::transport::Outgoing;
+use airlock_protocol::{AbortReason, CloseReason, Event, HostSession};
 use bytes::Bytes;
-use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::connection::{drive_writes, fail, read_frames, Core, Live, Wire};
 
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
 use crate::{CallError, ExitInfo, LostReason, SpawnError, WorkerInfo};
 
-/// Frames read ahead of the session per worker. With the decoder's own buffer, a worker can make
-/// the host hold at most `READ_AHEAD + 1` frames (each at most `max_frame`) at once.
-const READ_AHEAD: usize = 8;
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
 /// How long the stderr relay may take to log a dead worker's last lines (then it is aborted).
 const STDERR_DRAIN: Duration = Duration::from_millis(100);
-/// Batches queued for the writer task. When it is full, frames wait in the supervisor's outbox
-/// (bounded: every frame belongs to a call in flight, or is one `Shutdown`); a worker that stops
-/// reading is detected by the writer's send deadline, never by the queue filling up.
-const WRITE_QUEUE: usize = 16;
 /// How long frames already written by an exited worker may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// Longest wait to reap a SIGKILLed worker.
@@ -90,11 +83,8 @@ pub(crate) struct Supervisor {
     commands: mpsc::UnboundedReceiver<Command>,
     counters: Arc<Counters>,
     alive: Arc<AtomicBool>,
-    /// One `getrandom` per call id, on purpose. A buffer of OS randomness would save that
-    /// system call (about 250 ns), but `fork` copies it: a host used on both sides of a fork
-    /// would send the same ids in the same order, and a worker that saw one side's could forge
-    /// the other's next `Return` (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
-    rng: UnwrapErr<OsRng>,
+    /// The current worker's connection, shared with the host's handles.
+    live: Arc<Live>,
     /// Calls accepted but not yet on a worker (handshake or restart in progress).
     waiting: VecDeque<CallRequest>,
     generation: u64,
@@ -114,6 +104,7 @@ impl Supervisor {
         commands: mpsc::UnboundedReceiver<Command>,
         counters: Arc<Counters>,
         alive: Arc<AtomicBool>,
+        live: Arc<Live>,
     ) -> Self {
         Self {
             settings,
@@ -121,7 +112,7 @@ impl Supervisor {
             commands,
             counters,
             alive,
-            rng: UnwrapErr(OsRng),
+            live,
             waiting: VecDeque::new(),
             generation: 0,
             restart_times: VecDeque::new(),
@@ -216,7 +207,9 @@ impl Supervisor {
                         return false;
                     }
                     Some(Command::Call(call)) => self.queue(call),
-                    Some(Command::Cancel(key)) => self.cancel_waiting(key),
+                    Some(Command::Cancel(key)) => {
+                        self.cancel_waiting(key);
+                    }
                 },
             }
         }
@@ -273,8 +266,9 @@ impl Supervisor {
         queue_call(&mut self.waiting, &self.settings, call);
     }
 
-    fn cancel_waiting(&mut self, key: u64) {
-        cancel(&mut self.waiting, key);
+    /// Removes a call still waiting for a worker; false if none had that key.
+    fn cancel_waiting(&mut self, key: u64) -> bool {
+        cancel(&mut self.waiting, key)
     }
 
     fn next_waiting_deadline(&self) -> Option<Instant> {
@@ -311,7 +305,9 @@ impl Supervisor {
                 () = sleep_until_opt(next) => {}
                 command = commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => queue_call(waiting, settings, call),
-                    Some(Command::Cancel(key)) => cancel(waiting, key),
+                    Some(Command::Cancel(key)) => {
+                        cancel(waiting, key);
+                    }
                     Some(Command::Shutdown(done)) => {
                         shutdown.get_or_insert_with(Vec::new).push(done);
                     }
@@ -343,33 +339,28 @@ impl Supervisor {
             config = config.clone().token(token).unwrap_or(config);
         }
         let mut session = HostSession::new(config, Instant::now());
-        let limits = self.settings.response_limits();
         if let Some(hello) = hello {
             session.handle_frame(hello);
         }
-        let (frames_tx, mut frames_rx) = mpsc::channel(READ_AHEAD);
+        let live = Arc::clone(&self.live);
+        let wire = Arc::new(Wire::new(Outgoing::new(sender)));
+        *live.lock() = Some(Core::new(session, Arc::clone(&wire)));
+        // However this future ends (even dropped with its runtime), no caller is left waiting
+        // on a core nobody drives.
+        let detach = Detach(&live);
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
-        let reader = tokio::spawn(read_frames(receiver, frames_tx, raise_rx));
-        let (batches_tx, batches_rx) = mpsc::channel::<Vec<Transmit>>(WRITE_QUEUE);
-        let mut writer = tokio::spawn(write_frames(sender, batches_rx));
-        let mut writer_done = false;
-        // Frames the writer queue had no room for yet, oldest first.
-        let mut outbox: Vec<Transmit> = Vec::new();
+        let limits = self.settings.response_limits();
+        let reader = tokio::spawn(read_frames(receiver, Arc::clone(&live), raise_rx, limits));
+        let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 
-        let mut link = Link {
-            responders: HashMap::default(),
-            keys: HashMap::default(),
-            lost: Vec::new(),
-            timed_out: Vec::new(),
-        };
         let mut exited: Option<(ExitInfo, Instant)> = None;
         let mut grace_until: Option<Instant> = None;
         let mut handles_gone = false;
         if self.shutdown.is_some() {
             // Asked for while this worker was being launched: carried out now (before its
             // handshake, that ends it at once).
-            session.shutdown();
+            live.with_core(|core| core.session.shutdown());
             grace_until = Some(Instant::now() + self.settings.shutdown_grace);
         }
         // One timer for the whole life, moved only when the next deadline changes: a fresh
@@ -379,42 +370,21 @@ impl Supervisor {
         let mut timer_set_for: Option<Instant> = None;
 
         let close_reason = loop {
-            // 1. Outcomes and frames the session produced.
+            // 1. Events the core kept for the supervisor, and a failed write.
+            let events = live
+                .with_core(|core| {
+                    if wire.failed() && !core.session.is_closed() {
+                        core.session
+                            .abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                    }
+                    std::mem::take(&mut core.events)
+                })
+                .unwrap_or_default();
             let mut closed = None;
-            while let Some(event) = session.poll_event() {
+            for event in events {
                 match event {
                     Event::Ready(info) => {
-                        // The worker installs its own filter before its Hello: check it now,
-                        // before the first call is sent.
-                        if let Err(err) = crate::confinement::verify_worker_filter(
-                            &mut confinement,
-                            self.settings.confinement.require_worker_filter,
-                        ) {
-                            tracing::warn!(target: "airlock::confinement", worker = %self.settings.label, "{err}");
-                            if let Some(ready) = ready.take() {
-                                let _ = ready.send(Err(SpawnError::Confinement(err)));
-                            }
-                            session
-                                .abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
-                            continue;
-                        }
-                        if let Some(raise) = raise_tx.take() {
-                            let _ = raise.send(self.settings.protocol.frame_limit());
-                        }
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
-                        }
-                        while let Some(call) = self.waiting.pop_front() {
-                            link.begin(&mut session, call, &mut self.rng);
-                        }
-                    }
-                    Event::Completed { id, outcome } => {
-                        // A response that does not decode is a lie: the worker is cut off
-                        // here, before the session takes another frame from it.
-                        let completion = link.complete(id, outcome, &limits);
-                        if completion == Completion::Lied {
-                            session.abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-                        }
+                        self.on_ready(info, &mut confinement, ready, &mut raise_tx);
                     }
                     Event::Closed(reason) => closed = Some(reason),
                     _ => {}
@@ -423,23 +393,13 @@ impl Supervisor {
             if let Some(reason) = closed {
                 break reason;
             }
-            outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
-            if !outbox.is_empty() {
-                match batches_tx.try_send(std::mem::take(&mut outbox)) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(batch)) => outbox = batch,
-                    Err(mpsc::error::TrySendError::Closed(_)) => {
-                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
-                        continue;
-                    }
-                }
-            }
 
-            // 2. Wait for the next input: a command, a frame, time, the process, the writer.
+            // 2. Wait for the next input: a command, a wake from the core, time, the process.
             let now = Instant::now();
             self.expire_waiting(now);
+            let session_deadline = live.with_core(|core| core.session.poll_timeout()).flatten();
             let next_deadline = [
-                session.poll_timeout(),
+                session_deadline,
                 self.next_waiting_deadline(),
                 grace_until,
                 exited.map(|(_, at)| at + EXIT_DRAIN),
@@ -453,57 +413,31 @@ impl Supervisor {
                 }
                 timer_set_for = next_deadline;
             }
+            if let Some(core) = live.lock().as_mut() {
+                core.timer_at = timer_set_for;
+            }
             tokio::select! {
+                () = live.wake.notified() => {}
                 command = self.commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => {
-                        if session.is_ready() {
-                            link.begin(&mut session, call, &mut self.rng);
-                        } else {
+                        if let Err(call) = live.try_begin(call) {
                             self.queue(call);
                         }
                     }
-                    Some(Command::Cancel(key)) => match link.keys.remove(&key) {
-                        Some(id) => {
-                            session.cancel(id);
+                    Some(Command::Cancel(key)) => {
+                        if !self.cancel_waiting(key) {
+                            live.cancel(key);
                         }
-                        None => self.cancel_waiting(key),
-                    },
+                    }
                     Some(Command::Shutdown(done)) => {
                         self.shutdown.get_or_insert_with(Vec::new).push(done);
-                        session.shutdown();
-                        grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
+                        self.begin_shutdown(&live, &mut grace_until);
                     }
                     None => {
                         // Every handle is gone: shut down as if asked.
                         handles_gone = true;
                         self.shutdown.get_or_insert_with(Vec::new);
-                        session.shutdown();
-                        grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
-                    }
-                },
-                frame = frames_rx.recv() => match frame {
-                    Some(Ok(Some(payload))) => {
-                        // Time before frames: a deadline that passed while this frame waited
-                        // is seen first, so the frame cannot complete a call already over.
-                        let now = Instant::now();
-                        if session.poll_timeout().is_some_and(|at| at <= now) {
-                            session.handle_timeout(now);
-                        }
-                        session.handle_frame(payload)
-                    }
-                    Some(Ok(None)) | None => session.handle_eof(),
-                    Some(Err(TransportError::Frame(err))) => session.handle_framing_error(err),
-                    Some(Err(_)) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
-                },
-                permit = batches_tx.reserve(), if !outbox.is_empty() => {
-                    if let Ok(permit) = permit {
-                        permit.send(std::mem::take(&mut outbox));
-                    }
-                },
-                result = &mut writer, if !writer_done => {
-                    writer_done = true;
-                    if !matches!(result, Ok(Ok(()))) {
-                        session.abort(CloseReason::Aborted(AbortReason::TransportFailed));
+                        self.begin_shutdown(&live, &mut grace_until);
                     }
                 },
                 info = process.wait(), if exited.is_none() => {
@@ -516,33 +450,31 @@ impl Supervisor {
                     // Fired: re-armed next turn if a deadline is still pending.
                     timer_set_for = None;
                     let now = Instant::now();
-                    session.handle_timeout(now);
-                    if grace_until.is_some_and(|t| now >= t) {
-                        session.abort(CloseReason::Aborted(AbortReason::HostShutdown));
-                    } else if exited.is_some_and(|(_, at)| now >= at + EXIT_DRAIN) {
-                        session.abort(CloseReason::Aborted(AbortReason::ProcessExited));
-                    }
+                    live.with_core(|core| {
+                        core.session.handle_timeout(now);
+                        if grace_until.is_some_and(|t| now >= t) {
+                            core.session.abort(CloseReason::Aborted(AbortReason::HostShutdown));
+                        } else if exited.is_some_and(|(_, at)| now >= at + EXIT_DRAIN) {
+                            core.session.abort(CloseReason::Aborted(AbortReason::ProcessExited));
+                        }
+                    });
                 }
             }
         };
 
         // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
         // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,
-        // and answer its lost calls.
-        // Only the session's own last frames: what waited in the outbox (calls now reported
-        // lost) must never reach a worker that is being put down.
-        outbox.clear();
-        let last_words: Vec<Transmit> = std::iter::from_fn(|| session.poll_transmit()).collect();
+        // and answer its lost calls. The wire dropped every frame not yet written when the
+        // session closed: calls now reported lost never reach a worker being put down.
+        let last_words = live
+            .with_core(|core| std::mem::take(&mut core.last_words))
+            .unwrap_or_default();
         if last_words.is_empty() {
-            // Nothing more to say: stop the writer before the kill, so no batch it still holds
-            // (calls now reported lost) reaches whoever may drain the pipe meanwhile.
+            // Nothing more to say: stop the writer before the kill, so no write it still has
+            // in flight (calls now reported lost) reaches whoever may drain the pipe meanwhile.
             writer.abort();
-        }
-        if !last_words.is_empty() && batches_tx.try_send(last_words).is_ok() {
-            drop(batches_tx);
-            if !writer_done {
-                let _ = tokio::time::timeout(LAST_WORDS, &mut writer).await;
-            }
+        } else {
+            wire.write_last_words(last_words, LAST_WORDS).await;
             // An honest worker exits when refused; give it the moment to read why.
             if exited.is_none() {
                 if let Ok(info) = tokio::time::timeout(LAST_WORDS, process.wait()).await {
@@ -583,109 +515,81 @@ impl Supervisor {
             self.counters.violation(code);
             tracing::warn!(target: "airlock::host", worker = %self.settings.label, "protocol violation: {reason}");
         }
-        link.fail_all(&reason);
+        if let Some(mut core) = live.lock().take() {
+            core.link.fail_all(&reason);
+        }
+        drop(detach);
         WorkerEnd { reason }
     }
-}
 
-/// The calls on the current worker and their repliers.
-/// How a completed call went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Completion {
-    /// Its caller has its outcome (or will, once the worker is reaped).
-    Answered,
-    /// The worker's response did not decode: its caller got `Decode`, and the worker lied.
-    Lied,
-}
-
-struct Link {
-    responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>), BuildIdHasher>,
-    keys: HashMap<u64, CallId, BuildIdHasher>,
-    /// Calls lost when the session closed, answered once the worker is reaped.
-    lost: Vec<oneshot::Sender<CallReply>>,
-    /// Calls that timed out: answered once the worker is reaped, so a caller that sees
-    /// `Timeout` knows the worker that missed the deadline is already dead.
-    timed_out: Vec<oneshot::Sender<CallReply>>,
-}
-
-impl Link {
-    fn begin(&mut self, session: &mut HostSession, call: CallRequest, rng: &mut UnwrapErr<OsRng>) {
-        // A call already past its deadline is not sent: it would only time out on the worker
-        // and take the worker, and every call beside it, down for nothing.
-        if call.deadline <= Instant::now() {
-            return fail(call.reply, CallError::Timeout);
-        }
-        match session.begin_call(call.method, call.body, call.deadline, rng) {
-            Ok(id) => {
-                self.keys.insert(call.key, id);
-                self.responders
-                    .insert(id, (call.key, call.decode, call.reply));
-            }
-            Err(err) => fail(
-                call.reply,
-                match err {
-                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
-                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
-                    BeginCallError::InvalidMethodName => {
-                        CallError::Remote(airlock_protocol::RemoteError::new(
-                            airlock_protocol::ErrorKind::UnknownMethod,
-                            "invalid method name",
-                        ))
-                    }
-                    _ => CallError::Shutdown,
-                },
-            ),
-        }
-    }
-
-    fn complete(
+    /// The worker completed its handshake: check its own seccomp filter from outside before
+    /// the first call, raise the frame cap, report the spawn, and begin the calls that waited.
+    fn on_ready(
         &mut self,
-        id: CallId,
-        outcome: Outcome,
-        limits: &airlock_codec::Limits,
-    ) -> Completion {
-        let Some((key, decode, reply)) = self.responders.remove(&id) else {
-            return Completion::Answered;
-        };
-        self.keys.remove(&key);
-        let answer = match outcome {
-            Outcome::Returned(body) => match decode(&body, limits) {
-                Ok(value) => CallReply::Returned(value),
-                Err(err) => {
-                    let _ = reply.send(CallReply::Failed(CallError::Decode(err)));
-                    return Completion::Lied;
+        info: airlock_protocol::WorkerInfo,
+        confinement: &mut crate::ConfinementReport,
+        ready: &mut Option<oneshot::Sender<Result<WorkerInfo, SpawnError>>>,
+        raise: &mut Option<oneshot::Sender<u32>>,
+    ) {
+        let live = Arc::clone(&self.live);
+        if let Err(err) = crate::confinement::verify_worker_filter(
+            confinement,
+            self.settings.confinement.require_worker_filter,
+        ) {
+            tracing::warn!(target: "airlock::confinement", worker = %self.settings.label, "{err}");
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(Err(SpawnError::Confinement(err)));
+            }
+            live.with_core(|core| {
+                core.session
+                    .abort(CloseReason::Aborted(AbortReason::ConfinementNotVerified));
+            });
+            return;
+        }
+        if let Some(raise) = raise.take() {
+            let _ = raise.send(self.settings.protocol.frame_limit());
+        }
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        live.with_core(move |core| {
+            if core.session.is_ready() {
+                core.accepting = true;
+                for call in waiting {
+                    core.link.begin(&mut core.session, call);
                 }
-            },
-            Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
-            Outcome::TimedOut => {
-                self.timed_out.push(reply);
-                return Completion::Answered;
+            } else {
+                // The worker was lost at its Hello (its next frame broke a rule in the same
+                // read): the calls that waited for it are lost with it, for its reason.
+                core.link
+                    .lost
+                    .extend(waiting.into_iter().map(|call| call.reply));
             }
-            Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
-            Outcome::Lost(_) => {
-                self.lost.push(reply);
-                return Completion::Answered;
-            }
-            _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
-        };
-        let _ = reply.send(answer);
-        Completion::Answered
+        });
     }
 
-    fn fail_all(&mut self, reason: &LostReason) {
-        for reply in self.timed_out.drain(..) {
-            let _ = reply.send(CallReply::Failed(CallError::Timeout));
-        }
-        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
-        for reply in self.lost.drain(..).chain(remaining) {
-            let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
-        }
-        self.keys.clear();
+    /// Starts a graceful shutdown of the current worker: no new calls on it, `Shutdown` sent,
+    /// the grace period armed.
+    fn begin_shutdown(&self, live: &Live, grace_until: &mut Option<Instant>) {
+        live.with_core(|core| {
+            core.accepting = false;
+            core.session.shutdown();
+        });
+        grace_until.get_or_insert(Instant::now() + self.settings.shutdown_grace);
     }
 }
 
-fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
-    let _ = reply.send(CallReply::Failed(err));
+/// Detaches the core from the host when the supervisor stops driving it: calls still on it
+/// fail with `Shutdown`, and later calls go to the (closed) command channel.
+struct Detach<'a>(&'a Live);
+
+impl Drop for Detach<'_> {
+    fn drop(&mut self) {
+        if let Some(mut core) = self.0.lock().take() {
+            core.link.fail_all_with(&CallError::Shutdown);
+        }
+    }
 }
 
 fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: CallRequest) {
@@ -696,8 +600,10 @@ fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: Ca
     }
 }
 
-fn cancel(waiting: &mut VecDeque<CallRequest>, key: u64) {
+fn cancel(waiting: &mut VecDeque<CallRequest>, key: u64) -> bool {
+    let before = waiting.len();
     waiting.retain(|call| call.key != key);
+    waiting.len() != before
 }
 
 fn next_deadline(waiting: &VecDeque<CallRequest>) -> Option<Instant> {
@@ -738,46 +644,4 @@ async fn sleep_until_opt(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
     }
-}
-
-type Incoming = Result<Option<Bytes>, TransportError>;
-
-/// Forwards frames to the supervisor. `raise` carries the connection's `max_frame` once the
-/// handshake is done (`recv` is cancel-safe, so switching mid-wait loses nothing).
-async fn read_frames(
-    mut receiver: Box<dyn FrameReceiver>,
-    frames: mpsc::Sender<Incoming>,
-    mut raise: oneshot::Receiver<u32>,
-) {
-    let mut raised = false;
-    loop {
-        let item = tokio::select! {
-            item = receiver.recv() => item,
-            max = &mut raise, if !raised => {
-                raised = true;
-                if let Ok(max) = max {
-                    receiver.set_max_frame(max);
-                }
-                continue;
-            }
-        };
-        let last = !matches!(item, Ok(Some(_)));
-        if frames.send(item).await.is_err() || last {
-            return;
-        }
-    }
-}
-
-async fn write_frames(
-    mut sender: Box<dyn FrameSender>,
-    mut batches: mpsc::Receiver<Vec<Transmit>>,
-) -> Result<(), TransportError> {
-    while let Some(mut batch) = batches.recv().await {
-        // Coalesce whatever else is queued into one vectored write.
-        while let Ok(more) = batches.try_recv() {
-            batch.extend(more);
-        }
-        sender.send(&batch).await?;
-    }
-    Ok(())
 }

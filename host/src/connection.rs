@@ -1,0 +1,648 @@
+//! The current worker's connection, shared by the parties of a call so that none of them relays
+//! for another:
+//!
+//! ```text
+//!   caller ──(lock: begin the call)──▶ its own non-blocking write ──▶ worker
+//!   worker ──▶ reader task ──(lock: time first, then the frame)──▶ decode ──▶ caller
+//!   supervisor: time, the process, commands, restarts; never reads or writes the channel
+//! ```
+//!
+//! A caller begins its own call under the lock ([`Live::try_begin`]) and, when no write is in
+//! flight, writes its frame itself with one non-blocking system call; only a write the OS
+//! cannot take at once is handed to the writer task, which keeps the send deadline. The reader
+//! task completes callers directly. So a small call crosses one task boundary (reader →
+//! caller) on the host, and the supervisor wakes only for events, earlier deadlines and the
+//! process.
+//!
+//! Two locks, never held across a system call on the channel and always taken in this order:
+//! the core (the session and the call table) and the wire's queue (frames in the order the
+//! session produced them, and who is writing). That is the rule this layout exists to keep: a
+//! worker able to stall a pipe `read(2)` or `write(2)` inside the kernel stalls at most the
+//! task making that call, never the supervisor, which can still see the deadline pass and
+//! kill it.
+//!
+//! Responses are decoded by the reader after it releases the lock and before it reads the
+//! next frame: a worker whose response does not decode is cut off before any later frame of it
+//! is accepted.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use airlock_protocol::transport::{FrameReceiver, Outgoing};
+use airlock_protocol::{
+    AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
+    Transmit, TransportError,
+};
+use bytes::Bytes;
+use rand_core::{OsRng, UnwrapErr};
+use tokio::sync::{oneshot, Notify};
+
+use crate::supervisor::{CallReply, CallRequest, Decode};
+use crate::{CallError, LostReason};
+
+/// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
+/// it holds a [`Core`] while a worker is connected.
+#[derive(Default)]
+pub(crate) struct Live {
+    core: Mutex<Option<Core>>,
+    /// Wakes the supervisor: events it must handle, a failed write, or a deadline earlier
+    /// than its timer.
+    pub(crate) wake: Notify,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").finish_non_exhaustive()
+    }
+}
+
+impl Live {
+    /// The core, even if a thread panicked while holding it (every update to it is complete
+    /// before anything that can panic runs).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
+        self.core
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Begins `call` on the connected worker, from the caller's own task, and writes its frame
+    /// if no write is in flight. Gives the call back when no worker is taking calls (during a
+    /// handshake, a restart or a shutdown): the supervisor then queues it.
+    pub(crate) fn try_begin(&self, call: CallRequest) -> Result<(), CallRequest> {
+        let (settled, wake) = {
+            let mut guard = self.lock();
+            let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
+                return Err(call);
+            };
+            let deadline = call.deadline;
+            core.link.begin(&mut core.session, call);
+            let settled = core.settle();
+            // The supervisor's timer is left armed at the last deadline it saw, so a steady
+            // stream of calls with one timeout wakes it once per timeout, not once per call.
+            let earlier = core.timer_at.is_none_or(|at| deadline < at);
+            (settled, earlier)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        settled.finish(self, None);
+        Ok(())
+    }
+
+    /// Cancels the call with local handle `key` if it is on the worker (a `Cancel` is sent).
+    /// False if it is not: it is still waiting for a worker, or already over.
+    pub(crate) fn cancel(&self, key: u64) -> bool {
+        let settled = {
+            let mut guard = self.lock();
+            let Some(core) = guard.as_mut() else {
+                return false;
+            };
+            let Some(id) = core.link.keys.remove(&key) else {
+                return false;
+            };
+            core.session.cancel(id);
+            core.settle()
+        };
+        settled.finish(self, None);
+        true
+    }
+
+    /// Runs `turn` on the core (if a worker is connected) and applies what it changed.
+    pub(crate) fn with_core<T>(&self, turn: impl FnOnce(&mut Core) -> T) -> Option<T> {
+        let (value, settled) = {
+            let mut guard = self.lock();
+            let core = guard.as_mut()?;
+            let value = turn(core);
+            (value, core.settle())
+        };
+        settled.finish(self, None);
+        Some(value)
+    }
+}
+
+/// One worker's session and calls.
+pub(crate) struct Core {
+    pub(crate) session: HostSession,
+    pub(crate) link: Link,
+    pub(crate) wire: Arc<Wire>,
+    /// Whether callers may begin calls here: the worker is ready and verified, and the
+    /// session is neither closed nor shutting down.
+    pub(crate) accepting: bool,
+    /// Events for the supervisor (everything but completions), oldest first.
+    pub(crate) events: Vec<Event>,
+    /// Frames the closed session still has to say (a `Refuse`); written by the supervisor.
+    pub(crate) last_words: Vec<Transmit>,
+    /// What the supervisor's timer is armed for.
+    pub(crate) timer_at: Option<Instant>,
+    closed: bool,
+}
+
+/// What [`Core::settle`] found, to act on once the lock is released.
+#[derive(Default)]
+#[must_use]
+pub(crate) struct Settled {
+    /// The supervisor has events to handle.
+    wake: bool,
+    /// Responses to decode, each with its caller.
+    returned: Vec<Returned>,
+    /// Frames this party must write: it became the wire's writer.
+    write: Option<(Arc<Wire>, Vec<Transmit>)>,
+}
+
+impl Settled {
+    /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
+    /// off first), writes what this party became the writer of, and wakes the supervisor.
+    /// True if the worker lied.
+    pub(crate) fn finish(self, live: &Live, limits: Option<&airlock_codec::Limits>) -> bool {
+        let Settled {
+            mut wake,
+            returned,
+            write,
+        } = self;
+        if let Some((wire, batch)) = write {
+            wake |= wire.write_now(batch);
+        }
+        let lied = match limits {
+            Some(limits) => deliver(live, returned, limits),
+            // Only the reader accepts frames, so only its turns return responses.
+            None => {
+                for returned in returned {
+                    fail(
+                        returned.reply,
+                        CallError::WorkerLost(LostReason::TransportFailed),
+                    );
+                }
+                false
+            }
+        };
+        if wake {
+            live.wake.notify_one();
+        }
+        lied
+    }
+}
+
+/// A response accepted from the worker, not yet decoded.
+pub(crate) struct Returned {
+    body: Bytes,
+    decode: Decode,
+    reply: oneshot::Sender<CallReply>,
+}
+
+impl Core {
+    pub(crate) fn new(session: HostSession, wire: Arc<Wire>) -> Self {
+        Self {
+            session,
+            link: Link::default(),
+            wire,
+            accepting: false,
+            events: Vec::new(),
+            last_words: Vec::new(),
+            timer_at: None,
+            closed: false,
+        }
+    }
+
+    /// Applies what the session decided since the last turn: completions are answered
+    /// (responses are handed back to decode outside the lock), other events are kept for the
+    /// supervisor, and the session's frames join the wire's queue. Call after every change to
+    /// the session, before the lock is released.
+    pub(crate) fn settle(&mut self) -> Settled {
+        let mut settled = Settled::default();
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                Event::Completed { id, outcome } => {
+                    if let Some(returned) = self.link.complete(id, outcome) {
+                        settled.returned.push(returned);
+                    }
+                }
+                Event::Closed(reason) => {
+                    self.accepting = false;
+                    self.closed = true;
+                    self.wire.close();
+                    self.events.push(Event::Closed(reason));
+                    settled.wake = true;
+                }
+                // Updates are not delivered by this API; the session has counted them
+                // against the call's quota.
+                Event::Progress { .. } => {}
+                other => {
+                    self.events.push(other);
+                    settled.wake = true;
+                }
+            }
+        }
+        let mut batch = self.wire.take_spare();
+        batch.extend(std::iter::from_fn(|| self.session.poll_transmit()));
+        if self.closed {
+            // Only the session's own last frames, written (bounded) by the supervisor as it
+            // puts the worker down.
+            self.last_words.append(&mut batch);
+        } else if !batch.is_empty() {
+            if let Some(batch) = self.wire.push(batch) {
+                settled.write = Some((Arc::clone(&self.wire), batch));
+            }
+        }
+        settled
+    }
+}
+
+/// The calls on the current worker and their callers.
+#[derive(Default)]
+pub(crate) struct Link {
+    responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>), BuildIdHasher>,
+    pub(crate) keys: HashMap<u64, CallId, BuildIdHasher>,
+    /// Calls lost when the session closed, answered once the worker is reaped.
+    pub(crate) lost: Vec<oneshot::Sender<CallReply>>,
+    /// Calls that timed out: answered once the worker is reaped, so a caller that sees
+    /// `Timeout` knows the worker that missed the deadline is already dead.
+    timed_out: Vec<oneshot::Sender<CallReply>>,
+}
+
+impl Link {
+    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest) {
+        // A call already past its deadline is not sent: it would only time out on the worker
+        // and take the worker, and every call beside it, down for nothing.
+        if call.deadline <= Instant::now() {
+            return fail(call.reply, CallError::Timeout);
+        }
+        // One `getrandom` per call id, on purpose: a buffer of OS randomness would be copied
+        // by `fork`, and a host used on both sides of a fork would send the same ids in the
+        // same order (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
+        let mut rng = UnwrapErr(OsRng);
+        match session.begin_call(call.method, call.body, call.deadline, &mut rng) {
+            Ok(id) => {
+                self.keys.insert(call.key, id);
+                self.responders
+                    .insert(id, (call.key, call.decode, call.reply));
+            }
+            Err(err) => fail(
+                call.reply,
+                match err {
+                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
+                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
+                    BeginCallError::InvalidMethodName => {
+                        CallError::Remote(airlock_protocol::RemoteError::new(
+                            airlock_protocol::ErrorKind::UnknownMethod,
+                            "invalid method name",
+                        ))
+                    }
+                    _ => CallError::Shutdown,
+                },
+            ),
+        }
+    }
+
+    /// Answers a completed call, except a response, which is handed back to be decoded.
+    fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
+        let (key, decode, reply) = self.responders.remove(&id)?;
+        self.keys.remove(&key);
+        let answer = match outcome {
+            Outcome::Returned(body) => {
+                return Some(Returned {
+                    body,
+                    decode,
+                    reply,
+                })
+            }
+            Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
+            Outcome::TimedOut => {
+                self.timed_out.push(reply);
+                return None;
+            }
+            Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
+            Outcome::Lost(_) => {
+                self.lost.push(reply);
+                return None;
+            }
+            _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
+        };
+        let _ = reply.send(answer);
+        None
+    }
+
+    /// Answers every call still on the worker, once it is reaped.
+    pub(crate) fn fail_all(&mut self, reason: &LostReason) {
+        for reply in self.timed_out.drain(..) {
+            let _ = reply.send(CallReply::Failed(CallError::Timeout));
+        }
+        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        for reply in self.lost.drain(..).chain(remaining) {
+            let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
+        }
+        self.keys.clear();
+    }
+
+    /// Answers every call with `err` (the host itself is gone).
+    pub(crate) fn fail_all_with(&mut self, err: &CallError) {
+        let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
+        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        for reply in replies.chain(remaining) {
+            let _ = reply.send(CallReply::Failed(err.clone()));
+        }
+        self.keys.clear();
+    }
+}
+
+pub(crate) fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
+    let _ = reply.send(CallReply::Failed(err));
+}
+
+/// Decodes and delivers what the reader's turn returned, outside the lock. A response that
+/// does not decode is a lie: the worker is cut off first, before its caller learns of it and
+/// before the reader accepts another frame, so no call begun after the caller sees `Decode`
+/// reaches the liar. True if the worker lied.
+fn deliver(live: &Live, returned: Vec<Returned>, limits: &airlock_codec::Limits) -> bool {
+    if returned.is_empty() {
+        return false;
+    }
+    let decoded: Vec<_> = returned
+        .into_iter()
+        .map(|returned| (returned.reply, (returned.decode)(&returned.body, limits)))
+        .collect();
+    let lied = decoded.iter().any(|(_, value)| value.is_err());
+    if lied {
+        let again = live.with_core(|core| {
+            core.session
+                .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+        });
+        debug_assert!(again.is_some() || live.lock().is_none());
+    }
+    for (reply, value) in decoded {
+        let _ = reply.send(match value {
+            Ok(value) => CallReply::Returned(value),
+            Err(err) => CallReply::Failed(CallError::Decode(err)),
+        });
+    }
+    lied
+}
+
+/// The reader task: hands each frame to the session under the lock, deadlines first, and
+/// answers the callers it completes. `raise` carries the connection's `max_frame` once the
+/// worker is verified (`recv` is cancel-safe, so switching mid-wait loses nothing).
+pub(crate) async fn read_frames(
+    mut receiver: Box<dyn FrameReceiver>,
+    live: Arc<Live>,
+    mut raise: oneshot::Receiver<u32>,
+    limits: airlock_codec::Limits,
+) {
+    let mut raised = false;
+    loop {
+        let item = tokio::select! {
+            biased;
+            max = &mut raise, if !raised => {
+                raised = true;
+                if let Ok(max) = max {
+                    receiver.set_max_frame(max);
+                }
+                continue;
+            }
+            item = receiver.recv() => item,
+        };
+        let last = !matches!(item, Ok(Some(_)));
+        let settled = {
+            let mut guard = live.lock();
+            let Some(core) = guard.as_mut() else { return };
+            let session = &mut core.session;
+            match item {
+                Ok(Some(payload)) => {
+                    // Time before frames: a deadline that passed while this frame waited is
+                    // seen first, so the frame cannot complete a call already over.
+                    let now = Instant::now();
+                    if session.poll_timeout().is_some_and(|at| at <= now) {
+                        session.handle_timeout(now);
+                    }
+                    session.handle_frame(payload);
+                }
+                Ok(None) => session.handle_eof(),
+                Err(TransportError::Frame(err)) => session.handle_framing_error(err),
+                Err(_) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
+            }
+            core.settle()
+        };
+        if settled.finish(&live, Some(&limits)) || last {
+            return;
+        }
+    }
+}
+
+/// The write side of one worker's channel: frames queued in the order the session produced
+/// them, and at most one party writing at a time.
+///
+/// Whoever queues frames while nobody is writing becomes the writer and makes one
+/// non-blocking write itself ([`write_now`](Self::write_now)); a write the OS cannot take at
+/// once, or frames queued meanwhile, go to the writer task ([`drive_writes`]), which keeps the
+/// send deadline. A failed write may have stopped inside a frame: nothing is written after it.
+pub(crate) struct Wire {
+    queue: Mutex<Queue>,
+    /// The sender; taken out by the writer while it writes.
+    outgoing: Mutex<Option<Outgoing>>,
+    /// Wakes the writer task: a write is in flight, or frames wait.
+    resume: Notify,
+    /// Tells whoever waits that nobody is writing any more.
+    idle: Notify,
+    failed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Queue {
+    frames: Vec<Transmit>,
+    /// Someone is writing (or a write failed and nothing more will be written).
+    writing: bool,
+    /// The session closed: call frames are dropped; only last words go out.
+    closed: bool,
+    /// An emptied batch buffer, reused.
+    spare: Vec<Transmit>,
+}
+
+impl Wire {
+    pub(crate) fn new(outgoing: Outgoing) -> Self {
+        Self {
+            queue: Mutex::new(Queue::default()),
+            outgoing: Mutex::new(Some(outgoing)),
+            resume: Notify::new(),
+            idle: Notify::new(),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn sender(&self) -> MutexGuard<'_, Option<Outgoing>> {
+        self.outgoing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a write failed: the connection can no longer be written.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    fn take_spare(&self) -> Vec<Transmit> {
+        std::mem::take(&mut self.queue().spare)
+    }
+
+    /// Queues `frames`; returns the batch to write if the caller became the writer.
+    fn push(&self, mut frames: Vec<Transmit>) -> Option<Vec<Transmit>> {
+        let mut queue = self.queue();
+        if queue.closed {
+            return None;
+        }
+        if queue.writing {
+            queue.frames.append(&mut frames);
+            queue.spare = frames;
+            return None;
+        }
+        queue.writing = true;
+        queue.frames.append(&mut frames);
+        queue.spare = frames;
+        Some(std::mem::take(&mut queue.frames))
+    }
+
+    /// The session closed: frames not yet written are dropped (their calls are reported lost
+    /// and must never reach a worker being put down), and nothing more is queued.
+    fn close(&self) {
+        let mut queue = self.queue();
+        queue.closed = true;
+        queue.frames.clear();
+    }
+
+    /// Writes `batch` (this party is the writer) with one non-blocking attempt; hands what is
+    /// left to the writer task. True if the write failed (the supervisor must hear of it).
+    fn write_now(&self, batch: Vec<Transmit>) -> bool {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Outside a runtime (a call dropped after its runtime): a write that has to wait
+            // could not arm its deadline here. The writer task, if its runtime lives, writes.
+            self.queue().frames.splice(0..0, batch);
+            self.resume.notify_one();
+            return false;
+        }
+        let Some(mut outgoing) = self.sender().take() else {
+            return self.fail();
+        };
+        let started = now_or_never(outgoing.start(batch));
+        *self.sender() = Some(outgoing);
+        match started {
+            // Written whole: done, unless frames were queued meanwhile.
+            Some(Some(Ok(()))) => {
+                let mut queue = self.queue();
+                if queue.frames.is_empty() {
+                    queue.writing = false;
+                    drop(queue);
+                    self.idle.notify_waiters();
+                } else {
+                    drop(queue);
+                    self.resume.notify_one();
+                }
+                false
+            }
+            Some(Some(Err(_))) => self.fail(),
+            // In flight (the pipe is full): the writer task finishes it under the deadline.
+            Some(None) | None => {
+                self.resume.notify_one();
+                false
+            }
+        }
+    }
+
+    fn fail(&self) -> bool {
+        self.failed.store(true, Ordering::Release);
+        self.idle.notify_waiters();
+        true
+    }
+
+    /// Replaces whatever is queued with the closed session's last frames and waits, at most
+    /// `within`, until they are written.
+    pub(crate) async fn write_last_words(&self, words: Vec<Transmit>, within: std::time::Duration) {
+        let idle = self.idle.notified();
+        let mut idle = std::pin::pin!(idle);
+        idle.as_mut().enable();
+        let mine = {
+            let mut queue = self.queue();
+            queue.frames = words;
+            if queue.writing {
+                None
+            } else {
+                queue.writing = true;
+                Some(std::mem::take(&mut queue.frames))
+            }
+        };
+        let _ = tokio::time::timeout(within, async {
+            match mine {
+                Some(batch) => {
+                    if self.write_now(batch) {
+                        return;
+                    }
+                    if self.queue().writing {
+                        idle.await;
+                    }
+                }
+                None if self.failed() => {}
+                None => idle.await,
+            }
+        })
+        .await;
+    }
+}
+
+/// The writer task: finishes writes the OS could not take at once (under the sender's send
+/// deadline) and writes frames queued meanwhile, then hands writing back. Ends when a write
+/// fails, after telling the supervisor.
+pub(crate) async fn drive_writes(wire: Arc<Wire>, live: Arc<Live>) {
+    loop {
+        wire.resume.notified().await;
+        let Some(outgoing) = wire.sender().take() else {
+            continue;
+        };
+        if write_queued(&wire, outgoing).await.is_err() {
+            wire.fail();
+            live.wake.notify_one();
+            return;
+        }
+        wire.idle.notify_waiters();
+    }
+}
+
+/// Finishes the write in flight, then writes queued batches until the queue is empty, when
+/// writing is handed back: the sender is put back and the flag cleared under the queue's lock,
+/// so a party that queues after that finds the sender and writes itself. A failed write keeps
+/// the flag set: nothing is written after it.
+async fn write_queued(wire: &Wire, mut outgoing: Outgoing) -> Result<(), TransportError> {
+    loop {
+        if outgoing.is_busy() {
+            outgoing.finish().await?;
+        }
+        let batch = {
+            let mut queue = wire.queue();
+            if queue.frames.is_empty() {
+                *wire.sender() = Some(outgoing);
+                queue.writing = false;
+                return Ok(());
+            }
+            std::mem::take(&mut queue.frames)
+        };
+        if let Some(result) = outgoing.start(batch).await {
+            result?;
+        }
+    }
+}
+
+/// Polls `future` once, with a waker that does nothing: for futures that finish on their first
+/// poll or hand their remaining work to a task that will poll them again.
+fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
