@@ -147,8 +147,11 @@ pub(crate) struct Core {
 pub(crate) struct Settled {
     /// The supervisor has events to handle.
     wake: bool,
-    /// Responses to decode, each with its caller.
-    returned: Vec<Returned>,
+    /// Responses to decode, each with its caller: one frame completes at most one call, so a
+    /// reader's turn has at most one (kept without an allocation).
+    returned: Option<Returned>,
+    /// Any further responses (none in a reader's turn; kept for completeness).
+    more: Vec<Returned>,
     /// Frames this party must write: it became the wire's writer.
     write: Option<(Arc<Wire>, Vec<Transmit>)>,
 }
@@ -161,16 +164,17 @@ impl Settled {
         let Settled {
             mut wake,
             returned,
+            more,
             write,
         } = self;
         if let Some((wire, batch)) = write {
             wake |= wire.write_now(batch);
         }
         let lied = match limits {
-            Some(limits) => deliver(live, returned, limits),
+            Some(limits) => deliver(live, returned, more, limits),
             // Only the reader accepts frames, so only its turns return responses.
             None => {
-                for returned in returned {
+                for returned in returned.into_iter().chain(more) {
                     fail(
                         returned.reply,
                         CallError::WorkerLost(LostReason::TransportFailed),
@@ -217,7 +221,10 @@ impl Core {
             match event {
                 Event::Completed { id, outcome } => {
                     if let Some(returned) = self.link.complete(id, outcome) {
-                        settled.returned.push(returned);
+                        match settled.returned {
+                            None => settled.returned = Some(returned),
+                            Some(_) => settled.more.push(returned),
+                        }
                     }
                 }
                 Event::Closed(reason) => {
@@ -356,29 +363,54 @@ pub(crate) fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
 /// does not decode is a lie: the worker is cut off first, before its caller learns of it and
 /// before the reader accepts another frame, so no call begun after the caller sees `Decode`
 /// reaches the liar. True if the worker lied.
-fn deliver(live: &Live, returned: Vec<Returned>, limits: &airlock_codec::Limits) -> bool {
-    if returned.is_empty() {
+fn deliver(
+    live: &Live,
+    returned: Option<Returned>,
+    more: Vec<Returned>,
+    limits: &airlock_codec::Limits,
+) -> bool {
+    let Some(first) = returned else {
         return false;
+    };
+    let decode = |returned: Returned| (returned.reply, (returned.decode)(&returned.body, limits));
+    if more.is_empty() {
+        // The common case, without collecting: decode, cut a liar off, then answer.
+        let (reply, value) = decode(first);
+        let lied = value.is_err();
+        if lied {
+            cut_off_liar(live);
+        }
+        answer_decoded(reply, value);
+        return lied;
     }
-    let decoded: Vec<_> = returned
-        .into_iter()
-        .map(|returned| (returned.reply, (returned.decode)(&returned.body, limits)))
-        .collect();
+    let decoded: Vec<_> = std::iter::once(first).chain(more).map(decode).collect();
     let lied = decoded.iter().any(|(_, value)| value.is_err());
     if lied {
-        let again = live.with_core(|core| {
-            core.session
-                .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-        });
-        debug_assert!(again.is_some() || live.lock().is_none());
+        cut_off_liar(live);
     }
     for (reply, value) in decoded {
-        let _ = reply.send(match value {
-            Ok(value) => CallReply::Returned(value),
-            Err(err) => CallReply::Failed(CallError::Decode(err)),
-        });
+        answer_decoded(reply, value);
     }
     lied
+}
+
+/// A response did not decode: the worker lied, and its session ends before anything else of
+/// it is accepted.
+fn cut_off_liar(live: &Live) {
+    live.with_core(|core| {
+        core.session
+            .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+    });
+}
+
+fn answer_decoded(
+    reply: oneshot::Sender<CallReply>,
+    value: Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>,
+) {
+    let _ = reply.send(match value {
+        Ok(value) => CallReply::Returned(value),
+        Err(err) => CallReply::Failed(CallError::Decode(err)),
+    });
 }
 
 /// The reader task: hands each frame to the session under the lock, deadlines first, and
@@ -503,6 +535,10 @@ impl Wire {
             return None;
         }
         queue.writing = true;
+        if queue.frames.is_empty() {
+            // Nothing queued before: these frames are the batch, as they are.
+            return Some(frames);
+        }
         queue.frames.append(&mut frames);
         queue.spare = frames;
         Some(std::mem::take(&mut queue.frames))
@@ -530,11 +566,15 @@ impl Wire {
             return self.fail();
         };
         let started = now_or_never(outgoing.start(batch));
+        let spare = outgoing.take_buffer();
         *self.sender() = Some(outgoing);
         match started {
             // Written whole: done, unless frames were queued meanwhile.
             Some(Some(Ok(()))) => {
                 let mut queue = self.queue();
+                if queue.spare.capacity() < spare.capacity() {
+                    queue.spare = spare;
+                }
                 if queue.frames.is_empty() {
                     queue.writing = false;
                     drop(queue);

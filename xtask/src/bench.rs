@@ -40,9 +40,13 @@ pub fn main(args: &[String]) -> Result {
         "--locked",
         "-p",
         "airlock-worker",
+        "-p",
+        "airlock-bench",
+        // `--bin` applies to every package named: both binaries must be listed, or the
+        // table's own binary would be left stale.
         "--bin",
         "airlock-worker",
-        "-p",
+        "--bin",
         "airlock-bench",
     ]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
