@@ -36,8 +36,11 @@ def test_worker(**options):
         call.cancelled.wait(seconds)
         return "woke"
 
-    @worker.method("gate", takes_call=True)
-    def gate(_, call):
+    @worker.method("gate")
+    def gate(_):
+        with worker.inside_gate:
+            worker.waiting_at_gate += 1
+            worker.inside_gate.notify_all()
         worker.gate.wait(WAIT)
         return "opened"
 
@@ -54,6 +57,8 @@ def test_worker(**options):
         return [call.progress(i) for i in range(count)]
 
     worker.gate = threading.Event()
+    worker.inside_gate = threading.Condition()
+    worker.waiting_at_gate = 0
     return worker
 
 
@@ -304,13 +309,16 @@ class Calls(unittest.TestCase):
         worker = test_worker(max_concurrency=3)
         host = ScriptedHost(worker)
         host.handshake()
-        ids = [call(host, "gate", None) for _ in range(3)]
+        ids = [call(host, "gate", None) for _ in range(4)]
+        # Three handlers wait at the gate at once; the fourth call waits for a thread.
+        with worker.inside_gate:
+            self.assertTrue(worker.inside_gate.wait_for(lambda: worker.waiting_at_gate == 3, WAIT))
         time.sleep(0.2)
-        started = time.monotonic()
+        self.assertEqual(worker.waiting_at_gate, 3)
         worker.gate.set()
         replies = {host.recv().id for _ in ids}
         self.assertEqual(replies, set(ids))
-        self.assertLess(time.monotonic() - started, 2)
+        self.assertEqual(worker.waiting_at_gate, 4)
         host.send(aw.Shutdown())
         host.end()
 

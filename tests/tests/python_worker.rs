@@ -298,11 +298,13 @@ async fn a_dropped_call_sends_cancel_which_the_python_worker_answers_and_serves_
     for transport in [TransportChoice::Pipe, TransportChoice::SocketInherited] {
         let host = example(&python, transport).await;
         let pid = host.worker_pid();
+        assert_eq!(echo(&host, Value::Null).await, Ok(Value::Null));
         // A deadline a short wait away: had the worker not answered the cancel with a terminal
-        // frame, the host would kill it when this deadline passes.
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // frame, the host would kill it when this deadline passes. The call is dropped well
+        // after it reached the worker (a call dropped before it is sent sends no Cancel).
+        let deadline = Instant::now() + Duration::from_secs(3);
         let dropped = tokio::time::timeout(
-            Duration::from_millis(300),
+            Duration::from_millis(500),
             host.call_with_deadline::<Sleep>(&DynamicBody(Value::I64(30_000)), deadline),
         )
         .await;
