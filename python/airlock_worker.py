@@ -61,6 +61,7 @@ __all__ = [
     "Refused",
     "Channel",
     "ChannelError",
+    "channel_from_env",
     "ErrorKind",
     "RefuseReason",
     "ViolationCode",
@@ -68,6 +69,15 @@ __all__ = [
     "encode_value",
     "decode_frame",
     "encode_frame",
+    "Hello",
+    "Welcome",
+    "Refuse",
+    "CallFrame",
+    "Cancel",
+    "Progress",
+    "Return",
+    "Fail",
+    "Shutdown",
     "clean_message",
     "is_unsafe_in_text",
     "is_valid_name",
@@ -596,6 +606,8 @@ def decode_value(data: bytes, limits: Limits = Limits()) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Hello:
+    """Kind 0, worker to host: the first frame on the worker's stream."""
+
     protocol: int
     worker_name: str
     worker_version: str
@@ -605,6 +617,8 @@ class Hello:
 
 @dataclasses.dataclass(frozen=True)
 class Welcome:
+    """Kind 1, host to worker: the handshake accepted, with the connection's limits."""
+
     max_frame: int
     max_in_flight: int
     max_progress_per_call: int
@@ -612,12 +626,17 @@ class Welcome:
 
 @dataclasses.dataclass(frozen=True)
 class Refuse:
+    """Kind 2, host to worker: the handshake refused (``reason`` is a :class:`RefuseReason`)."""
+
     reason: int
     host_protocol: int
 
 
 @dataclasses.dataclass(frozen=True)
 class CallFrame:
+    """Kind 3, host to worker: run ``method`` on ``body`` (named so beside :class:`Call`, the
+    handler's view of a running call)."""
+
     id: bytes
     method: str
     body: bytes
@@ -625,11 +644,15 @@ class CallFrame:
 
 @dataclasses.dataclass(frozen=True)
 class Cancel:
+    """Kind 4, host to worker: the host gave up call ``id``; one terminal frame is still owed."""
+
     id: bytes
 
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
+    """Kind 5, worker to host: an update for a running call."""
+
     id: bytes
     method: str
     body: bytes
@@ -637,6 +660,8 @@ class Progress:
 
 @dataclasses.dataclass(frozen=True)
 class Return:
+    """Kind 6, worker to host: a call's answer."""
+
     id: bytes
     method: str
     body: bytes
@@ -644,6 +669,8 @@ class Return:
 
 @dataclasses.dataclass(frozen=True)
 class Fail:
+    """Kind 7, worker to host: a call's failure (``kind`` is an :class:`ErrorKind`)."""
+
     id: bytes
     method: str
     kind: int
@@ -653,7 +680,7 @@ class Fail:
 
 @dataclasses.dataclass(frozen=True)
 class Shutdown:
-    pass
+    """Kind 8, host to worker: take no new calls, answer those in flight, then close."""
 
 
 _KINDS = (Hello, Welcome, Refuse, CallFrame, Cancel, Progress, Return, Fail, Shutdown)
@@ -1020,7 +1047,8 @@ class Call:
     def progress(self, value: Any) -> bool:
         """Sends ``value`` as a ``Progress`` update. False when it was not sent: the host's
         quota for this call is used up, the call already ended, or the update does not fit in
-        a frame. (The Rust host counts updates but does not hand them to its caller yet.)"""
+        a frame. Raises :class:`EncodeError` for a value with no ``Value`` encoding. (The Rust
+        host counts updates but does not hand them to its caller yet.)"""
         body = encode_value(value, self._session.limits().max_depth)
         return self._session.send_progress(self.id, self.method, body)
 
