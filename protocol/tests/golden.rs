@@ -7,7 +7,9 @@
 //!   that codec reason, and is fatal (`MalformedFrame`) to both sessions;
 //! - the tables between `<!-- golden:... -->` markers must match the codec;
 //! - the frames the sessions build themselves (head and body kept apart, no copy of the body)
-//!   must be byte-identical to `encode_frame` of the same `Frame`, and to the spec's vectors.
+//!   must be byte-identical to `encode_frame` of the same `Frame`, and to the spec's vectors;
+//! - the vectors with a real body (`call-echo`, `return-echo`, `call-value`) must be what the
+//!   real encoders make of that request or response, and must decode back to it.
 
 mod support;
 
@@ -157,8 +159,31 @@ const SPEC_TOKEN: [u8; TOKEN_LEN] = {
     token
 };
 
+airlock_protocol::method!(
+    /// The bundled worker's `echo`, declared as that worker declares it.
+    Echo, "echo", ByteBuf => ByteBuf
+);
+
+/// The request and response of the spec's `call-echo` and `return-echo` vectors.
+fn echo_payload() -> <Echo as Method>::Request {
+    ByteBuf::from(b"hi".to_vec())
+}
+
+/// The request of the spec's `call-value` vector.
+fn value_request() -> Value {
+    Value::Str("hi".into())
+}
+
+/// `value`'s typed encoding, as the host encodes a request and the worker a response.
+fn encoded<T: Serialize>(value: &T) -> Vec<u8> {
+    to_vec(value).expect("the value encodes")
+}
+
 fn expected_frames() -> Vec<(&'static str, Frame<'static>)> {
     let id = SPEC_ID;
+    // Leaked so the frames can borrow them for the whole test binary's life.
+    let echo_body: &'static [u8] = encoded(&echo_payload()).leak();
+    let value_body: &'static [u8] = value_request().to_vec().leak();
     vec![
         (
             "hello",
@@ -201,6 +226,30 @@ fn expected_frames() -> Vec<(&'static str, Frame<'static>)> {
                 id,
                 method: "echo",
                 body: b"hi",
+            }),
+        ),
+        (
+            "call-echo",
+            Frame::Call(Call {
+                id,
+                method: Echo::NAME,
+                body: echo_body,
+            }),
+        ),
+        (
+            "return-echo",
+            Frame::Return(Return {
+                id,
+                method: Echo::NAME,
+                body: echo_body,
+            }),
+        ),
+        (
+            "call-value",
+            Frame::Call(Call {
+                id,
+                method: "echo",
+                body: value_body,
             }),
         ),
         ("cancel", Frame::Cancel(Cancel { id })),
@@ -791,6 +840,69 @@ fn call_frames_built_by_the_sessions_are_the_spec_vectors() {
     assert_eq!(
         host.poll_transmit().unwrap().to_vec(),
         spec_frame("shutdown")
+    );
+}
+
+#[test]
+fn real_body_vectors_are_what_the_real_encoders_send_and_decode_back() {
+    // Host → worker: the request encoded as `Host::call::<Echo>` encodes it, framed by the
+    // host session.
+    let (mut host, mut worker) = handshaken();
+    let request = Bytes::from(encoded(&echo_payload()));
+    assert_eq!(
+        &request[..],
+        [0x02, b'h', b'i'],
+        "a ByteBuf carries its own length"
+    );
+    let id = host
+        .begin_call(Echo::NAME, request, deadline(), &mut SpecIdRng)
+        .unwrap();
+    let call = host.poll_transmit().unwrap().to_vec();
+    assert_eq!(call, spec_frame("call-echo"));
+
+    // The worker receives exactly the request's encoding, and it decodes to the request.
+    worker.handle_bytes(&call);
+    let Some(WorkerEvent::Call { body, .. }) = worker.poll_event() else {
+        panic!("the worker did not receive the call");
+    };
+    let received: <Echo as Method>::Request = from_slice(&body, &Limits::default()).unwrap();
+    assert_eq!(received, echo_payload());
+
+    // Worker → host: the response encoded as the worker encodes a handler's answer.
+    worker
+        .reply_return(id, Bytes::from(encoded(&received)))
+        .unwrap();
+    let ret = worker.poll_transmit().unwrap().to_vec();
+    assert_eq!(ret, spec_frame("return-echo"));
+    host.handle_bytes(&ret);
+    let Some(Event::Completed {
+        outcome: Outcome::Returned(body),
+        ..
+    }) = host.poll_event()
+    else {
+        panic!("the host did not complete the call");
+    };
+    let response: <Echo as Method>::Response = from_slice(&body, &Limits::default()).unwrap();
+    assert_eq!(response, echo_payload());
+
+    // A dynamic `Value` body: its own tagged encoding, behind the field's length only.
+    let (mut host, mut worker) = handshaken();
+    host.begin_call(
+        "echo",
+        Bytes::from(value_request().to_vec()),
+        deadline(),
+        &mut SpecIdRng,
+    )
+    .unwrap();
+    let call = host.poll_transmit().unwrap().to_vec();
+    assert_eq!(call, spec_frame("call-value"));
+    worker.handle_bytes(&call);
+    let Some(WorkerEvent::Call { body, .. }) = worker.poll_event() else {
+        panic!("the worker did not receive the call");
+    };
+    assert_eq!(
+        Value::from_slice(&body, &Limits::default()).unwrap(),
+        value_request()
     );
 }
 

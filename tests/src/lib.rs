@@ -6,6 +6,7 @@
 
 pub mod attack;
 pub mod capture;
+pub mod dynamic;
 pub mod e2e;
 pub mod support;
 pub mod transport_suite;

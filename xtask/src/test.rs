@@ -1,5 +1,5 @@
-//! `cargo xtask test [--stress]`: the workspace tests, then the proof that the codec builds
-//! without `std`.
+//! `cargo xtask test [--stress]`: the workspace tests, the Python worker SDK's own tests, then
+//! the proof that the codec builds without `std`.
 
 use crate::run::{self, cargo, Error, Result};
 
@@ -48,7 +48,24 @@ pub fn run(options: Options) -> Result {
         test.args(["--", "--include-ignored", "--skip", "residual_"]);
     }
     run::run(&mut test)?;
+    python_sdk_tests()?;
     nostd_check()
+}
+
+/// The Python worker SDK's unit tests (`python/tests/`, standard library `unittest`), when a
+/// `python3` is installed. Its end-to-end tests against the Rust host are in the cargo suite
+/// (`tests/tests/python_worker.rs`).
+fn python_sdk_tests() -> Result {
+    if !run::probe(std::process::Command::new("python3").arg("--version")) {
+        println!("python3 not found: the Python SDK's unit tests are skipped");
+        return Ok(());
+    }
+    // -B: no bytecode files left in the source tree.
+    let mut unittest = std::process::Command::new("python3");
+    unittest
+        .args(["-B", "-m", "unittest", "discover", "-s", "python/tests"])
+        .current_dir(run::root());
+    run::run(&mut unittest)
 }
 
 /// Builds `nostd-check/`, a `#![no_std]` staticlib with its own panic handler over
