@@ -15,6 +15,7 @@
 //! lock from a page fault it never serves), and only a loop that is not itself in that system
 //! call can still see the deadline pass and kill the worker, which ends the sleep.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,7 +55,8 @@ const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct CallRequest {
     /// Local handle for cancellation; never sent anywhere.
     pub(crate) key: u64,
-    pub(crate) method: &'static str,
+    /// Borrowed for a typed call; owned for one named at run time (`Host::call_value`).
+    pub(crate) method: Cow<'static, str>,
     pub(crate) body: Bytes,
     pub(crate) deadline: Instant,
     /// Decodes the method's response; run where the worker's `Return` is accepted.
