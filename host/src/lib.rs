@@ -76,6 +76,6 @@ pub use stats::{FailureCounts, HostStats};
 // Everything a host program names, so `airlock-host` is its one airlock dependency.
 pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};
 pub use airlock_protocol::{
-    method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason, RemoteError, Violation,
-    ViolationCode, MAX_TIMEOUT, PROTOCOL_VERSION,
+    is_valid_method_name, method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
+    RemoteError, Violation, ViolationCode, MAX_TIMEOUT, PROTOCOL_VERSION,
 };
