@@ -82,32 +82,33 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::RawEcho) {
-        return match bench::raw_echo() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => report(&CliError::local("raw echo", err)),
-        };
-    }
-    log_to_stderr(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => return report(&CliError::local("could not start the async runtime", err)),
+    let result = match cli.command {
+        Command::RawEcho => bench::raw_echo().map_err(|err| CliError::local("raw echo", err)),
+        Command::Probe(args) => on_runtime(cli.verbose, probe::run(args)),
+        Command::Call(args) => on_runtime(cli.verbose, call::run(args)),
+        Command::Bench(args) => on_runtime(cli.verbose, bench::run(args)),
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Probe(args) => probe::run(args).await,
-            Command::Call(args) => call::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
-            Command::RawEcho => Ok(()),
-        }
-    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => report(&err),
+        Err(err) => {
+            eprintln!("airlock: {err}");
+            err.exit_code()
+        }
     }
+}
+
+/// Runs `command` on a current-thread runtime (every hop of a call stays on one thread), with
+/// the host's logs on stderr.
+fn on_runtime(
+    verbose: bool,
+    command: impl std::future::Future<Output = Result<(), CliError>>,
+) -> Result<(), CliError> {
+    log_to_stderr(verbose);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::local("could not start the async runtime", err))?;
+    runtime.block_on(command)
 }
 
 /// A host for `worker` run with `args`, with every other setting at its default (the default
@@ -115,12 +116,6 @@ fn main() -> ExitCode {
 fn host_builder(worker: PathBuf, args: Vec<OsString>) -> HostBuilder {
     args.into_iter()
         .fold(Host::builder(worker), |builder, arg| builder.arg(arg))
-}
-
-/// Prints `err` in plain words and returns its exit status.
-fn report(err: &CliError) -> ExitCode {
-    eprintln!("airlock: {err}");
-    err.exit_code()
 }
 
 /// The host library's logs (`tracing`) on stderr: WARN and above, or INFO with `--verbose`.
