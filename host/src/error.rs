@@ -40,6 +40,10 @@ pub enum CallError {
     /// The worker already has `max_in_flight` calls; nothing was sent.
     #[error("the worker is at its in-flight limit")]
     Overloaded,
+    /// A method named at run time ([`Host::call_value`](crate::Host::call_value)) is not 1–64
+    /// bytes of `[A-Za-z0-9._-]`; nothing was sent.
+    #[error("invalid method name: a method name is 1-64 bytes of [A-Za-z0-9._-]")]
+    InvalidMethodName,
     /// The host is shut down.
     #[error("the host is shut down")]
     Shutdown,

@@ -1,5 +1,6 @@
 //! `Host`: the handle applications call through, and its builder.
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +17,7 @@ use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::Live;
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
-use crate::supervisor::{CallReply, CallRequest, Command, Supervisor};
+use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor};
 use crate::{CallError, SpawnError};
 
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
@@ -258,24 +259,6 @@ impl Host {
         request: &M::Request,
         deadline: Instant,
     ) -> Result<M::Response, CallError> {
-        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
-        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
-        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
-        let counters = &self.shared.counters;
-        counters.started.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight::new(&self.shared);
-        let result = self.call_inner::<M>(request, deadline, &mut guard).await;
-        guard.done = true;
-        counters.record(&result.as_ref().map(|_| ()));
-        result
-    }
-
-    async fn call_inner<M: Method>(
-        &self,
-        request: &M::Request,
-        deadline: Instant,
-        guard: &mut InFlight<'_>,
-    ) -> Result<M::Response, CallError> {
         // A method's name is fixed at compile time, so an invalid one is refused there: a
         // `Host::call::<M>` with such an `M` does not build (see `Host::call`).
         const {
@@ -284,15 +267,53 @@ impl Host {
                 "Method::NAME must be 1-64 bytes of [A-Za-z0-9._-]"
             )
         };
-        let body = airlock_codec::to_vec(request).map_err(CallError::Encode)?;
+        let body = airlock_codec::to_vec(request).map_err(CallError::Encode);
+        let method = Cow::Borrowed(M::NAME);
+        self.call_named(method, body, decode_response::<M::Response>, deadline)
+            .await
+    }
+
+    /// The path of every call, typed or named at run time (`Host::call_value`): `method` is a
+    /// valid method name, `body` the encoded request (or why it did not encode), and `decode`
+    /// turns the worker's answer into a `T`.
+    pub(crate) async fn call_named<T: 'static>(
+        &self,
+        method: Cow<'static, str>,
+        body: Result<Vec<u8>, CallError>,
+        decode: Decode,
+        deadline: Instant,
+    ) -> Result<T, CallError> {
+        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
+        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
+        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
+        let counters = &self.shared.counters;
+        counters.started.fetch_add(1, Ordering::Relaxed);
+        let mut guard = InFlight::new(&self.shared);
+        let result = self
+            .call_inner::<T>(method, body, decode, deadline, &mut guard)
+            .await;
+        guard.done = true;
+        counters.record(&result.as_ref().map(|_| ()));
+        result
+    }
+
+    async fn call_inner<T: 'static>(
+        &self,
+        method: Cow<'static, str>,
+        body: Result<Vec<u8>, CallError>,
+        decode: Decode,
+        deadline: Instant,
+        guard: &mut InFlight<'_>,
+    ) -> Result<T, CallError> {
+        let body = body?;
         let (reply, answer) = oneshot::channel();
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         let call = CallRequest {
             key,
-            method: M::NAME,
+            method,
             body: body.into(),
             deadline,
-            decode: decode_response::<M::Response>,
+            decode,
             reply,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
@@ -312,7 +333,7 @@ impl Host {
         match reply {
             // Decoded where the supervisor accepted the frame, with this method's decoder.
             CallReply::Returned(value) => value
-                .downcast::<M::Response>()
+                .downcast::<T>()
                 .map(|value| *value)
                 .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
             CallReply::Failed(err) => Err(err),
@@ -332,6 +353,11 @@ impl Host {
     /// The counters so far.
     pub fn stats(&self) -> HostStats {
         self.shared.counters.snapshot()
+    }
+
+    /// The deadline, from now, of a call made without one.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.shared.call_timeout
     }
 
     /// Calls in flight now.

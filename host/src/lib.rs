@@ -29,6 +29,8 @@
 //!
 //! [`InProcess`] runs the same handlers through the same codec and state machines inside the
 //! host process, for development and tests; [`Pool`] spreads calls over several workers.
+//! A method can also be named at run time, with dynamic [`Value`] bodies:
+//! [`Host::call_value`] (for tools, and for workers written in other languages).
 //!
 //! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
 //! to it and deny service to them; it cannot answer another call, run code in the host, or
@@ -44,6 +46,7 @@
 mod config;
 pub mod confinement;
 mod connection;
+mod dynamic;
 mod error;
 mod host;
 mod in_process;
@@ -72,8 +75,8 @@ pub use pool::{Pool, PoolBuilder};
 pub use stats::{FailureCounts, HostStats};
 
 // Everything a host program names, so `airlock-host` is its one airlock dependency.
-pub use airlock_codec::{DecodeError, EncodeError, Limits, Value};
+pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};
 pub use airlock_protocol::{
-    method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason, RemoteError, Violation,
-    MAX_TIMEOUT,
+    is_valid_method_name, method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
+    RemoteError, Violation, ViolationCode, MAX_TIMEOUT, PROTOCOL_VERSION,
 };

@@ -94,7 +94,7 @@ impl Pool {
             .await
     }
 
-    fn pick(&self) -> Result<&Host, CallError> {
+    pub(crate) fn pick(&self) -> Result<&Host, CallError> {
         self.hosts
             .iter()
             .filter(|h| h.is_alive())

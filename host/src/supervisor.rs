@@ -17,6 +17,7 @@
 //! and complete without it; it wakes for the handshake, earlier deadlines, the process, and
 //! the worker's end.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,7 +48,8 @@ const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct CallRequest {
     /// Local handle for cancellation; never sent anywhere.
     pub(crate) key: u64,
-    pub(crate) method: &'static str,
+    /// Borrowed for a typed call; owned for one named at run time (`Host::call_value`).
+    pub(crate) method: Cow<'static, str>,
     pub(crate) body: Bytes,
     pub(crate) deadline: Instant,
     /// Decodes the method's response; run where the worker's `Return` is accepted.

@@ -54,10 +54,15 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The one built-in method with dynamic bodies: it answers its [`Value`](crate::Value)
+/// request unchanged (both in the `Value` encoding, for `Host::call_value`).
+pub const ECHO_VALUE: &str = "echo_value";
+
 /// A worker serving every built-in method.
 pub fn builtin_worker() -> Worker {
     Worker::new()
         .method::<Echo, _, _>(|payload| async move { Ok(payload) })
+        .value_method(ECHO_VALUE, |value| async move { Ok(value) })
         .method::<Sum, _, _>(|values| async move {
             values
                 .iter()

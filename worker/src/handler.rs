@@ -1,10 +1,12 @@
-//! Type-erased handlers: decode the request, run the user's function, encode the response.
+//! Type-erased handlers: decode the request, run the user's function, encode the response, in
+//! the typed encoding of a `Method`'s types or the dynamic `Value` encoding.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use airlock_codec::Limits;
+use airlock_codec::{DecodeError, EncodeError, Limits, Value};
 use airlock_protocol::{ErrorKind, Method, RemoteError};
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
@@ -21,28 +23,64 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 pub(crate) type ErasedHandler =
     Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit) -> BoxFuture + Send + Sync>;
 
-fn bad_request(err: airlock_codec::DecodeError) -> RemoteError {
+/// How a method's bodies cross the wire: how its request is decoded and its response encoded.
+pub(crate) trait Bodies: 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// Decodes a request within the worker's budgets.
+    fn decode(body: &[u8], limits: &Limits) -> Result<Self::Request, DecodeError>;
+    /// Encodes a response.
+    fn encode(response: &Self::Response) -> Result<Vec<u8>, EncodeError>;
+}
+
+/// The typed encoding of `M`'s request and response types.
+pub(crate) struct Typed<M>(PhantomData<M>);
+
+impl<M: Method> Bodies for Typed<M> {
+    type Request = M::Request;
+    type Response = M::Response;
+    fn decode(body: &[u8], limits: &Limits) -> Result<M::Request, DecodeError> {
+        airlock_codec::from_slice(body, limits)
+    }
+    fn encode(response: &M::Response) -> Result<Vec<u8>, EncodeError> {
+        airlock_codec::to_vec(response)
+    }
+}
+
+/// The dynamic [`Value`] encoding, both ways.
+pub(crate) struct Dynamic;
+
+impl Bodies for Dynamic {
+    type Request = Value;
+    type Response = Value;
+    fn decode(body: &[u8], limits: &Limits) -> Result<Value, DecodeError> {
+        Value::from_slice(body, limits)
+    }
+    fn encode(response: &Value) -> Result<Vec<u8>, EncodeError> {
+        Ok(response.to_vec())
+    }
+}
+
+fn bad_request(err: DecodeError) -> RemoteError {
     RemoteError::new(ErrorKind::BadRequest, &err.to_string())
 }
 
-fn encode_response<T: serde::Serialize>(result: Result<T, HandlerError>) -> Reply {
+fn encode_response<B: Bodies>(result: Result<B::Response, HandlerError>) -> Reply {
     let response = result.map_err(HandlerError::into_remote)?;
-    airlock_codec::to_vec(&response)
-        .map(Bytes::from)
-        .map_err(|e| {
-            RemoteError::new(
-                ErrorKind::Internal,
-                &format!("response did not encode: {e}"),
-            )
-        })
+    B::encode(&response).map(Bytes::from).map_err(|e| {
+        RemoteError::new(
+            ErrorKind::Internal,
+            &format!("response did not encode: {e}"),
+        )
+    })
 }
 
-/// Wraps an async handler for method `M`.
-pub(crate) fn erase_async<M, F, Fut>(handler: F) -> ErasedHandler
+/// Wraps an async handler whose bodies are encoded as `B` says.
+pub(crate) fn erase_async<B, F, Fut>(handler: F) -> ErasedHandler
 where
-    M: Method,
-    F: Fn(M::Request) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+    B: Bodies,
+    F: Fn(B::Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<B::Response, HandlerError>> + Send + 'static,
 {
     let handler = Arc::new(handler);
     Arc::new(
@@ -53,33 +91,32 @@ where
                 // Decoded inside the call's future: a panicking `Deserialize` is this call's
                 // `Panic`, not the serving loop's death. A large body's call runs in a task of its
                 // own from its first poll, so its decoding does not stall other calls.
-                let request =
-                    airlock_codec::from_slice::<M::Request>(&body, &limits).map_err(bad_request)?;
-                encode_response(handler(request).await)
+                let request = B::decode(&body, &limits).map_err(bad_request)?;
+                encode_response::<B>(handler(request).await)
             })
         },
     )
 }
 
-/// Wraps a blocking handler for method `M`: it runs on tokio's blocking pool, so it cannot
-/// stall other calls. A cancelled blocking handler is answered at once but runs to its end.
-pub(crate) fn erase_blocking<M, F>(handler: F) -> ErasedHandler
+/// Wraps a blocking handler whose bodies are encoded as `B` says: it runs on tokio's blocking
+/// pool, so it cannot stall other calls. A cancelled blocking handler is answered at once but
+/// runs to its end.
+pub(crate) fn erase_blocking<B, F>(handler: F) -> ErasedHandler
 where
-    M: Method,
-    F: Fn(M::Request) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
+    B: Bodies,
+    F: Fn(B::Request) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
 {
     let handler = Arc::new(handler);
     Arc::new(
         move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
-                let request =
-                    airlock_codec::from_slice::<M::Request>(&body, &limits).map_err(bad_request)?;
+                let request = B::decode(&body, &limits).map_err(bad_request)?;
                 // The permit moves onto the blocking thread: if the call is cancelled, the
                 // handler still runs to its end there, and still counts against the limit.
                 let run = move || {
                     let _permit = permit;
-                    encode_response(handler(request))
+                    encode_response::<B>(handler(request))
                 };
                 match tokio::task::spawn_blocking(run).await {
                     Ok(reply) => reply,

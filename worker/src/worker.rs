@@ -6,7 +6,7 @@ use std::future::Future;
 use airlock_protocol::transport::Transport;
 use airlock_protocol::{is_valid_method_name, Method, WorkerConfig};
 
-use crate::handler::{erase_async, erase_blocking, ErasedHandler};
+use crate::handler::{erase_async, erase_blocking, Dynamic, ErasedHandler, Typed};
 use crate::serve::{serve_on, ServeSpec};
 use crate::{HandlerError, ServeError};
 
@@ -103,7 +103,34 @@ impl Worker {
         F: Fn(M::Request) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
     {
-        self.register(M::NAME, erase_async::<M, F, Fut>(handler))
+        self.register(M::NAME, erase_async::<Typed<M>, F, Fut>(handler))
+    }
+
+    /// Registers an async handler for the method `name` whose request and response are
+    /// dynamic [`Value`](airlock_codec::Value)s in their own self-describing encoding
+    /// (`PROTOCOL.md` §4), for hosts that name the method at run time
+    /// (`airlock_host::Host::call_value`). The request is decoded within the worker's budgets
+    /// ([`limits`](Self::limits)), like a typed one; one that does not decode is answered with
+    /// a `Fail` of kind `BadRequest`. An invalid `name` makes serving fail with
+    /// [`ServeError::InvalidMethod`], as for a typed method.
+    ///
+    /// ```
+    /// use airlock_worker::{Value, Worker};
+    /// let worker = Worker::new().value_method("count", |request| async move {
+    ///     match request {
+    ///         Value::List(items) => Ok(Value::U64(items.len() as u64)),
+    ///         _ => Err(airlock_worker::HandlerError::new("expected a list")),
+    ///     }
+    /// });
+    /// assert_eq!(worker.method_names(), ["count"]);
+    /// ```
+    #[must_use]
+    pub fn value_method<F, Fut>(self, name: &str, handler: F) -> Self
+    where
+        F: Fn(airlock_codec::Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<airlock_codec::Value, HandlerError>> + Send + 'static,
+    {
+        self.register(name, erase_async::<Dynamic, F, Fut>(handler))
     }
 
     /// Registers a blocking handler for `M`; it runs on a blocking thread.
@@ -113,7 +140,7 @@ impl Worker {
         M: Method,
         F: Fn(M::Request) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
     {
-        self.register(M::NAME, erase_blocking::<M, F>(handler))
+        self.register(M::NAME, erase_blocking::<Typed<M>, F>(handler))
     }
 
     fn register(mut self, name: &str, handler: ErasedHandler) -> Self {

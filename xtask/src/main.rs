@@ -11,6 +11,7 @@ mod bench;
 mod ci;
 mod demo;
 mod fuzz;
+mod release;
 mod run;
 mod test;
 
@@ -29,7 +30,10 @@ commands:
   bench [--quick]          airlock beside raw pipes, sockets, ipc-channel and Python,
                            in one run; updates BENCHMARKS.md
   bench --criterion [ARGS...]
-                           the crates' criterion micro-benchmarks (ARGS to cargo bench)";
+                           the crates' criterion micro-benchmarks (ARGS to cargo bench)
+  release                  stripped airlock-worker and airlock binaries, licences, README
+                           and SHA256SUMS in target/release/airlock-<version>-<target>.tar.gz;
+                           unpacks it again and verifies the checksums";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Some("ci") => ci::main(&rest),
         Some("fuzz") => fuzz::main(&rest),
         Some("bench") => bench::main(&rest),
+        Some("release") => release::main(&rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

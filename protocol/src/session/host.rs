@@ -1,5 +1,6 @@
 //! The host's side of one worker connection.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
@@ -95,7 +96,9 @@ enum CallState {
 
 #[derive(Debug)]
 struct PendingCall {
-    method: &'static str,
+    /// Borrowed for a typed call (`Method::NAME`); owned only for a call whose method is
+    /// named at run time.
+    method: Cow<'static, str>,
     state: CallState,
     deadline: Instant,
     progress: u32,
@@ -178,19 +181,23 @@ impl HostSession {
     ///
     /// Refuses (sending nothing) before the handshake, after shutdown, at `max_in_flight`, for
     /// an invalid method name, and for a body that would make a frame over `max_frame`.
+    ///
+    /// `method` is a `&'static str` for a typed call (kept without a copy) or an owned
+    /// `String` for one named at run time.
     pub fn begin_call<R: CryptoRng + ?Sized>(
         &mut self,
-        method: &'static str,
+        method: impl Into<Cow<'static, str>>,
         body: Bytes,
         deadline: Instant,
         rng: &mut R,
     ) -> Result<CallId, BeginCallError> {
+        let method = method.into();
         match self.state {
             State::AwaitingHello { .. } => return Err(BeginCallError::NotReady),
             State::Closing | State::Closed => return Err(BeginCallError::Closed),
             State::Ready => {}
         }
-        if !is_valid_method_name(method) {
+        if !is_valid_method_name(&method) {
             return Err(BeginCallError::InvalidMethodName);
         }
         if self.calls.len() >= self.config.in_flight_limit() as usize {
@@ -212,6 +219,7 @@ impl HostSession {
                 break id;
             }
         };
+        let transmit = self.encoder.with_body(BodyTag::Call, id, &method, body);
         self.calls.insert(
             id,
             PendingCall {
@@ -222,7 +230,6 @@ impl HostSession {
             },
         );
         self.deadlines.insert((deadline, id));
-        let transmit = self.encoder.with_body(BodyTag::Call, id, method, body);
         self.transmits.push_back(transmit);
         Ok(id)
     }
