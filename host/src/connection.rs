@@ -60,6 +60,18 @@ impl std::fmt::Debug for Live {
     }
 }
 
+/// Who is acting on the core: it decides whether that party may write to the channel itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Party {
+    /// A caller's task (beginning or cancelling its own call).
+    Caller,
+    /// The reader task.
+    Reader,
+    /// The supervisor: it never writes the channel, so a write the kernel stalls can never
+    /// keep it from seeing a deadline pass and killing the worker.
+    Supervisor,
+}
+
 impl Live {
     /// The core, even if a thread panicked while holding it (every update to it is complete
     /// before anything that can panic runs).
@@ -69,10 +81,10 @@ impl Live {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Begins `call` on the connected worker, from the caller's own task, and writes its frame
-    /// if no write is in flight. Gives the call back when no worker is taking calls (during a
+    /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
+    /// write is in flight. Gives the call back when no worker is taking calls (during a
     /// handshake, a restart or a shutdown): the supervisor then queues it.
-    pub(crate) fn try_begin(&self, call: CallRequest) -> Result<(), CallRequest> {
+    pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
         let (settled, wake) = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
@@ -89,13 +101,13 @@ impl Live {
         if wake {
             self.wake.notify_one();
         }
-        settled.finish(self, None);
+        settled.finish(self, by, None);
         Ok(())
     }
 
     /// Cancels the call with local handle `key` if it is on the worker (a `Cancel` is sent).
     /// False if it is not: it is still waiting for a worker, or already over.
-    pub(crate) fn cancel(&self, key: u64) -> bool {
+    pub(crate) fn cancel(&self, key: u64, by: Party) -> bool {
         let settled = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut() else {
@@ -107,11 +119,12 @@ impl Live {
             core.session.cancel(id);
             core.settle()
         };
-        settled.finish(self, None);
+        settled.finish(self, by, None);
         true
     }
 
-    /// Runs `turn` on the core (if a worker is connected) and applies what it changed.
+    /// The supervisor's turn: runs `turn` on the core (if a worker is connected) and applies
+    /// what it changed, leaving any write to the writer task.
     pub(crate) fn with_core<T>(&self, turn: impl FnOnce(&mut Core) -> T) -> Option<T> {
         let (value, settled) = {
             let mut guard = self.lock();
@@ -119,13 +132,16 @@ impl Live {
             let value = turn(core);
             (value, core.settle())
         };
-        settled.finish(self, None);
+        settled.finish(self, Party::Supervisor, None);
         Some(value)
     }
 }
 
 /// One worker's session and calls.
 pub(crate) struct Core {
+    /// Which worker this is (the supervisor counts its launches): a task left over from an
+    /// earlier worker never touches a later one's session.
+    pub(crate) generation: u64,
     pub(crate) session: HostSession,
     pub(crate) link: Link,
     pub(crate) wire: Arc<Wire>,
@@ -158,9 +174,15 @@ pub(crate) struct Settled {
 
 impl Settled {
     /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
-    /// off first), writes what this party became the writer of, and wakes the supervisor.
-    /// True if the worker lied.
-    pub(crate) fn finish(self, live: &Live, limits: Option<&airlock_codec::Limits>) -> bool {
+    /// off first), writes what this party became the writer of (or hands it to the writer
+    /// task), and wakes the supervisor. `limits` comes with the reader's turns: responses and
+    /// the generation whose session may be cut off. True if the worker lied.
+    pub(crate) fn finish(
+        self,
+        live: &Live,
+        by: Party,
+        limits: Option<(&airlock_codec::Limits, u64)>,
+    ) -> bool {
         let Settled {
             mut wake,
             returned,
@@ -168,10 +190,14 @@ impl Settled {
             write,
         } = self;
         if let Some((wire, batch)) = write {
-            wake |= wire.write_now(batch);
+            if by != Party::Supervisor && wire.direct {
+                wake |= wire.write_now(batch);
+            } else {
+                wire.hand_off(batch);
+            }
         }
         let lied = match limits {
-            Some(limits) => deliver(live, returned, more, limits),
+            Some((limits, generation)) => deliver(live, generation, returned, more, limits),
             // Only the reader accepts frames, so only its turns return responses.
             None => {
                 for returned in returned.into_iter().chain(more) {
@@ -198,8 +224,9 @@ pub(crate) struct Returned {
 }
 
 impl Core {
-    pub(crate) fn new(session: HostSession, wire: Arc<Wire>) -> Self {
+    pub(crate) fn new(generation: u64, session: HostSession, wire: Arc<Wire>) -> Self {
         Self {
+            generation,
             session,
             link: Link::default(),
             wire,
@@ -243,6 +270,9 @@ impl Core {
                 }
             }
         }
+        if !self.closed {
+            self.link.answer_timed_out();
+        }
         let mut batch = self.wire.take_spare();
         batch.extend(std::iter::from_fn(|| self.session.poll_transmit()));
         if self.closed {
@@ -263,10 +293,10 @@ impl Core {
 pub(crate) struct Link {
     responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>), BuildIdHasher>,
     pub(crate) keys: HashMap<u64, CallId, BuildIdHasher>,
-    /// Calls lost when the session closed, answered once the worker is reaped.
+    /// Calls lost when the session closed, answered once the worker is reaped, so a caller
+    /// that sees `WorkerLost` knows the worker is already dead.
     pub(crate) lost: Vec<oneshot::Sender<CallReply>>,
-    /// Calls that timed out: answered once the worker is reaped, so a caller that sees
-    /// `Timeout` knows the worker that missed the deadline is already dead.
+    /// Calls that timed out in the turn being settled.
     timed_out: Vec<oneshot::Sender<CallReply>>,
 }
 
@@ -304,6 +334,12 @@ impl Link {
         }
     }
 
+    fn answer_timed_out(&mut self) {
+        for reply in self.timed_out.drain(..) {
+            let _ = reply.send(CallReply::Failed(CallError::Timeout));
+        }
+    }
+
     /// Answers a completed call, except a response, which is handed back to be decoded.
     fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
         let (key, decode, reply) = self.responders.remove(&id)?;
@@ -317,6 +353,10 @@ impl Link {
                 })
             }
             Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
+            // Answered when the turn is settled: at once if the worker lives on (it was sent
+            // `Cancel` and has the cancel grace to finish), after the reap if the session
+            // closed in the same turn (no grace), so a caller that sees `Timeout` then knows
+            // the worker that missed the deadline is dead.
             Outcome::TimedOut => {
                 self.timed_out.push(reply);
                 return None;
@@ -334,9 +374,7 @@ impl Link {
 
     /// Answers every call still on the worker, once it is reaped.
     pub(crate) fn fail_all(&mut self, reason: &LostReason) {
-        for reply in self.timed_out.drain(..) {
-            let _ = reply.send(CallReply::Failed(CallError::Timeout));
-        }
+        self.answer_timed_out();
         let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
         for reply in self.lost.drain(..).chain(remaining) {
             let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
@@ -346,8 +384,8 @@ impl Link {
 
     /// Answers every call with `err` (the host itself is gone).
     pub(crate) fn fail_all_with(&mut self, err: &CallError) {
-        let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
         let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
         for reply in replies.chain(remaining) {
             let _ = reply.send(CallReply::Failed(err.clone()));
         }
@@ -365,6 +403,7 @@ pub(crate) fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
 /// reaches the liar. True if the worker lied.
 fn deliver(
     live: &Live,
+    generation: u64,
     returned: Option<Returned>,
     more: Vec<Returned>,
     limits: &airlock_codec::Limits,
@@ -378,7 +417,7 @@ fn deliver(
         let (reply, value) = decode(first);
         let lied = value.is_err();
         if lied {
-            cut_off_liar(live);
+            cut_off_liar(live, generation);
         }
         answer_decoded(reply, value);
         return lied;
@@ -386,7 +425,7 @@ fn deliver(
     let decoded: Vec<_> = std::iter::once(first).chain(more).map(decode).collect();
     let lied = decoded.iter().any(|(_, value)| value.is_err());
     if lied {
-        cut_off_liar(live);
+        cut_off_liar(live, generation);
     }
     for (reply, value) in decoded {
         answer_decoded(reply, value);
@@ -396,11 +435,17 @@ fn deliver(
 
 /// A response did not decode: the worker lied, and its session ends before anything else of
 /// it is accepted.
-fn cut_off_liar(live: &Live) {
-    live.with_core(|core| {
+fn cut_off_liar(live: &Live, generation: u64) {
+    let settled = {
+        let mut guard = live.lock();
+        let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
+            return;
+        };
         core.session
             .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-    });
+        core.settle()
+    };
+    settled.finish(live, Party::Reader, None);
 }
 
 fn answer_decoded(
@@ -419,6 +464,7 @@ fn answer_decoded(
 pub(crate) async fn read_frames(
     mut receiver: Box<dyn FrameReceiver>,
     live: Arc<Live>,
+    generation: u64,
     mut raise: oneshot::Receiver<u32>,
     limits: airlock_codec::Limits,
 ) {
@@ -438,7 +484,12 @@ pub(crate) async fn read_frames(
         let last = !matches!(item, Ok(Some(_)));
         let settled = {
             let mut guard = live.lock();
-            let Some(core) = guard.as_mut() else { return };
+            // Only this reader's own worker: once it is put down (this task is aborted, but an
+            // abort lands only at the next `.await`), its frames and its end of stream are
+            // nobody's business.
+            let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
+                return;
+            };
             let session = &mut core.session;
             match item {
                 Ok(Some(payload)) => {
@@ -456,7 +507,7 @@ pub(crate) async fn read_frames(
             }
             core.settle()
         };
-        if settled.finish(&live, Some(&limits)) || last {
+        if settled.finish(&live, Party::Reader, Some((&limits, generation))) || last {
             return;
         }
     }
@@ -470,6 +521,13 @@ pub(crate) async fn read_frames(
 /// once, or frames queued meanwhile, go to the writer task ([`drive_writes`]), which keeps the
 /// send deadline. A failed write may have stopped inside a frame: nothing is written after it.
 pub(crate) struct Wire {
+    /// Whether callers and the reader may write themselves. Only when the worker cannot make a
+    /// write sleep inside the kernel (its confinement denies `userfaultfd`): otherwise every
+    /// write goes through the writer task, so that a caller can always give up its call.
+    direct: bool,
+    /// The host's runtime: a write that has to wait arms its send deadline on this runtime's
+    /// timer, whichever runtime the caller that began it runs on.
+    runtime: tokio::runtime::Handle,
     queue: Mutex<Queue>,
     /// The sender; taken out by the writer while it writes.
     outgoing: Mutex<Option<Outgoing>>,
@@ -492,8 +550,11 @@ struct Queue {
 }
 
 impl Wire {
-    pub(crate) fn new(outgoing: Outgoing) -> Self {
+    /// A wire over `outgoing`, on the current (the supervisor's) runtime.
+    pub(crate) fn new(outgoing: Outgoing, direct: bool) -> Self {
         Self {
+            direct,
+            runtime: tokio::runtime::Handle::current(),
             queue: Mutex::new(Queue::default()),
             outgoing: Mutex::new(Some(outgoing)),
             resume: Notify::new(),
@@ -555,17 +616,16 @@ impl Wire {
     /// Writes `batch` (this party is the writer) with one non-blocking attempt; hands what is
     /// left to the writer task. True if the write failed (the supervisor must hear of it).
     fn write_now(&self, batch: Vec<Transmit>) -> bool {
-        if tokio::runtime::Handle::try_current().is_err() {
-            // Outside a runtime (a call dropped after its runtime): a write that has to wait
-            // could not arm its deadline here. The writer task, if its runtime lives, writes.
-            self.queue().frames.splice(0..0, batch);
-            self.resume.notify_one();
-            return false;
-        }
         let Some(mut outgoing) = self.sender().take() else {
             return self.fail();
         };
-        let started = now_or_never(outgoing.start(batch));
+        // Inside the host's runtime, whatever runtime (or none) this caller runs on: a write
+        // that has to wait registers its readiness and its send deadline there, where the
+        // writer task finishes it.
+        let started = {
+            let _host_runtime = self.runtime.enter();
+            now_or_never(outgoing.start(batch))
+        };
         let spare = outgoing.take_buffer();
         *self.sender() = Some(outgoing);
         match started {
@@ -594,6 +654,13 @@ impl Wire {
         }
     }
 
+    /// This party became the writer but must not write itself: the writer task writes the
+    /// batch (ahead of anything queued since, which came after it).
+    fn hand_off(&self, batch: Vec<Transmit>) {
+        self.queue().frames.splice(0..0, batch);
+        self.resume.notify_one();
+    }
+
     fn fail(&self) -> bool {
         self.failed.store(true, Ordering::Release);
         self.idle.notify_waiters();
@@ -602,35 +669,23 @@ impl Wire {
 
     /// Replaces whatever is queued with the closed session's last frames and waits, at most
     /// `within`, until they are written.
+    ///
+    /// The writer task writes them (the supervisor, which calls this, never writes itself).
     pub(crate) async fn write_last_words(&self, words: Vec<Transmit>, within: std::time::Duration) {
         let idle = self.idle.notified();
         let mut idle = std::pin::pin!(idle);
         idle.as_mut().enable();
-        let mine = {
+        let start_writer = {
             let mut queue = self.queue();
             queue.frames = words;
-            if queue.writing {
-                None
-            } else {
-                queue.writing = true;
-                Some(std::mem::take(&mut queue.frames))
-            }
+            !std::mem::replace(&mut queue.writing, true)
         };
-        let _ = tokio::time::timeout(within, async {
-            match mine {
-                Some(batch) => {
-                    if self.write_now(batch) {
-                        return;
-                    }
-                    if self.queue().writing {
-                        idle.await;
-                    }
-                }
-                None if self.failed() => {}
-                None => idle.await,
-            }
-        })
-        .await;
+        if start_writer {
+            self.resume.notify_one();
+        }
+        if !self.failed() {
+            let _ = tokio::time::timeout(within, idle).await;
+        }
     }
 }
 

@@ -62,8 +62,13 @@ pub enum LostReason {
     /// No valid `Hello` arrived within the handshake deadline.
     #[error("no handshake within the deadline")]
     HandshakeTimeout,
-    /// Another call on the same worker passed its deadline, so the worker was killed.
-    #[error("another call on this worker timed out")]
+    /// Another call on the same worker passed its deadline and its handler was still running
+    /// when the cancel grace ended (it ignored the `Cancel`), so the worker was killed.
+    #[error(
+        "another call on this worker timed out and its handler ignored the cancel for longer \
+         than the cancel grace (HostConfig::cancel_grace); give that call a longer deadline, \
+         make its handler honour cancellation, or put it on a worker of its own"
+    )]
     OtherCallTimedOut,
     /// The worker closed its channel or exited.
     #[error("the worker exited ({0})")]

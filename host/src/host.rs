@@ -14,7 +14,7 @@ use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
-use crate::connection::Live;
+use crate::connection::{Live, Party};
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor};
@@ -318,7 +318,7 @@ impl Host {
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
         // worker takes calls (a handshake, a restart) the supervisor queues it.
-        if let Err(call) = self.shared.live.try_begin(call) {
+        if let Err(call) = self.shared.live.try_begin(call, Party::Caller) {
             self.shared
                 .commands
                 .send(Command::Call(call))
@@ -414,7 +414,7 @@ impl Drop for InFlight<'_> {
         if let Some(key) = self.key {
             // On the worker: cancelled there. Still waiting for a worker (or in the command
             // channel): the supervisor removes it, or cancels it once it has begun it.
-            if !self.shared.live.cancel(key) {
+            if !self.shared.live.cancel(key, Party::Caller) {
                 let _ = self.shared.commands.send(Command::Cancel(key));
             }
         }

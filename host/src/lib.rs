@@ -78,5 +78,5 @@ pub use stats::{FailureCounts, HostStats};
 pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};
 pub use airlock_protocol::{
     is_valid_method_name, method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
-    RemoteError, Violation, ViolationCode, MAX_TIMEOUT, PROTOCOL_VERSION,
+    RemoteError, Violation, ViolationCode, DEFAULT_CANCEL_GRACE, MAX_TIMEOUT, PROTOCOL_VERSION,
 };

@@ -28,7 +28,7 @@ use airlock_protocol::{AbortReason, CloseReason, Event, HostSession};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::connection::{drive_writes, fail, read_frames, Core, Live, Wire};
+use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
 
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
@@ -345,15 +345,24 @@ impl Supervisor {
             session.handle_frame(hello);
         }
         let live = Arc::clone(&self.live);
-        let wire = Arc::new(Wire::new(Outgoing::new(sender)));
-        *live.lock() = Some(Core::new(session, Arc::clone(&wire)));
+        // Callers write their own frames only to a worker that cannot stall a write inside the
+        // kernel: the host's seccomp filter, verified on it, denies `userfaultfd`.
+        let direct_writes = confinement.seccomp_filters > 0;
+        let wire = Arc::new(Wire::new(Outgoing::new(sender), direct_writes));
+        *live.lock() = Some(Core::new(self.generation, session, Arc::clone(&wire)));
         // However this future ends (even dropped with its runtime), no caller is left waiting
         // on a core nobody drives.
         let detach = Detach(&live);
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
         let limits = self.settings.response_limits();
-        let reader = tokio::spawn(read_frames(receiver, Arc::clone(&live), raise_rx, limits));
+        let reader = tokio::spawn(read_frames(
+            receiver,
+            Arc::clone(&live),
+            self.generation,
+            raise_rx,
+            limits,
+        ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 
         let mut exited: Option<(ExitInfo, Instant)> = None;
@@ -399,9 +408,7 @@ impl Supervisor {
             // 2. Wait for the next input: a command, a wake from the core, time, the process.
             let now = Instant::now();
             self.expire_waiting(now);
-            let session_deadline = live.with_core(|core| core.session.poll_timeout()).flatten();
-            let next_deadline = [
-                session_deadline,
+            let own_deadline = [
                 self.next_waiting_deadline(),
                 grace_until,
                 exited.map(|(_, at)| at + EXIT_DRAIN),
@@ -409,26 +416,37 @@ impl Supervisor {
             .into_iter()
             .flatten()
             .min();
+            // Read the session's deadline and publish the timer's in one hold of the lock: a
+            // caller that begins a call after it compares against what the timer will be.
+            let next_deadline = live
+                .with_core(|core| {
+                    let next = core
+                        .session
+                        .poll_timeout()
+                        .into_iter()
+                        .chain(own_deadline)
+                        .min();
+                    core.timer_at = next;
+                    next
+                })
+                .flatten();
             if next_deadline != timer_set_for {
                 if let Some(at) = next_deadline {
                     timer.as_mut().reset(tokio::time::Instant::from_std(at));
                 }
                 timer_set_for = next_deadline;
             }
-            if let Some(core) = live.lock().as_mut() {
-                core.timer_at = timer_set_for;
-            }
             tokio::select! {
                 () = live.wake.notified() => {}
                 command = self.commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => {
-                        if let Err(call) = live.try_begin(call) {
+                        if let Err(call) = live.try_begin(call, Party::Supervisor) {
                             self.queue(call);
                         }
                     }
                     Some(Command::Cancel(key)) => {
                         if !self.cancel_waiting(key) {
-                            live.cancel(key);
+                            live.cancel(key, Party::Supervisor);
                         }
                     }
                     Some(Command::Shutdown(done)) => {

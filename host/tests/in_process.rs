@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, InProcess, LostReason, RestartPolicy};
+use airlock_host::{CallError, HostConfig, InProcess, LostReason, RestartPolicy};
 use airlock_protocol::ErrorKind;
 use airlock_worker::builtin::{builtin_worker, Echo, Fail, Panic, Sleep, Sum};
 use serde_bytes::ByteBuf;
@@ -38,9 +38,31 @@ async fn handler_errors_and_panics_arrive_as_data() {
     host.shutdown().await;
 }
 
+/// A host whose cancel grace is zero: a call past its deadline takes its worker down at once.
+fn no_grace() -> airlock_host::HostBuilder {
+    airlock_host::Host::builder("unused")
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deadline_kills_the_worker_and_a_fresh_one_serves_next() {
+async fn a_timed_out_call_whose_handler_honours_the_cancel_leaves_the_worker_serving() {
     let host = InProcess::new(builtin_worker).await.unwrap();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let slow = host.call_with_deadline::<Sleep>(&10_000, deadline).await;
+    assert_eq!(slow, Err(CallError::Timeout));
+    assert_eq!(host.call::<Sum>(&vec![1]).await, Ok(1));
+    // The async handler was dropped on the Cancel and the worker said so within the grace.
+    tokio::time::sleep(airlock_host::DEFAULT_CANCEL_GRACE + Duration::from_millis(200)).await;
+    assert_eq!(host.call::<Sum>(&vec![2]).await, Ok(2));
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_grace_a_deadline_kills_the_worker_and_a_fresh_one_serves_next() {
+    let host = InProcess::with_builder(no_grace(), builtin_worker)
+        .await
+        .unwrap();
     let deadline = Instant::now() + Duration::from_millis(100);
     let slow = host.call_with_deadline::<Sleep>(&10_000, deadline).await;
     assert_eq!(slow, Err(CallError::Timeout));
@@ -93,7 +115,7 @@ async fn shutdown_answers_pending_calls_and_refuses_new_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_budget_exhaustion_fails_fast() {
-    let builder = airlock_host::Host::builder("unused").restart_policy(RestartPolicy {
+    let builder = no_grace().restart_policy(RestartPolicy {
         max_restarts: 1,
         window: Duration::from_secs(60),
         initial_backoff: Duration::from_millis(1),

@@ -70,9 +70,9 @@ pub use framing::{FrameDecoder, LENGTH_PREFIX};
 pub use id::{BuildIdHasher, CallId, IdHasher};
 pub use limits::check_timeout;
 pub use limits::{
-    HostConfig, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_MAX_PROGRESS_PER_CALL, DEFAULT_SEND_TIMEOUT, HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT,
-    MAX_TIMEOUT, MIN_MAX_FRAME,
+    HostConfig, DEFAULT_CANCEL_GRACE, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PROGRESS_PER_CALL, DEFAULT_SEND_TIMEOUT,
+    HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT, MAX_TIMEOUT, MIN_MAX_FRAME,
 };
 pub use method::{is_valid_method_name, Method, MethodName, MAX_METHOD_NAME};
 pub use remote_error::{ErrorKind, RemoteError, MAX_ERROR_MESSAGE};

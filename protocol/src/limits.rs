@@ -47,6 +47,15 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// five seconds without progress means it stopped reading.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default for [`HostConfig::cancel_grace`]: 1 second for a worker to finish a call whose
+/// deadline passed (or that was cancelled), by answering it or acknowledging the `Cancel`.
+///
+/// A handler that honours cancellation (an async handler is dropped at once; a blocking one
+/// checks its token) answers within microseconds; one second covers a loaded machine. A worker
+/// that has not answered by then is still running the handler and cannot be pre-empted safely:
+/// it is killed, and its other calls with it.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
+
 /// What the host enforces on one worker connection.
 ///
 /// ```
@@ -61,6 +70,7 @@ pub struct HostConfig {
     max_in_flight: u32,
     max_progress_per_call: u32,
     handshake_timeout: Duration,
+    cancel_grace: Duration,
     token: Option<[u8; TOKEN_LEN]>,
 }
 
@@ -71,6 +81,7 @@ impl Default for HostConfig {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_progress_per_call: DEFAULT_MAX_PROGRESS_PER_CALL,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
             token: None,
         }
     }
@@ -114,6 +125,21 @@ impl HostConfig {
         Ok(self)
     }
 
+    /// How long past a call's deadline (or its cancellation's) the worker has to finish it.
+    ///
+    /// When a call's deadline passes, its caller gets [`TimedOut`](crate::Outcome::TimedOut) at
+    /// once and the worker is sent `Cancel`; the worker and its other calls are left alone if
+    /// the call's terminal frame (usually `Fail` with kind `Cancelled`) arrives within this
+    /// grace. If it does not, the handler is still running and the connection closes with
+    /// [`CloseReason::CallTimeout`](crate::CloseReason::CallTimeout): the worker is killed and
+    /// its other calls are lost. Zero kills at the deadline itself. Default
+    /// [`DEFAULT_CANCEL_GRACE`]; at most [`MAX_TIMEOUT`]. Memory: none.
+    pub fn cancel_grace(mut self, grace: Duration) -> Result<Self, ConfigError> {
+        check_timeout(grace)?;
+        self.cancel_grace = grace;
+        Ok(self)
+    }
+
     /// Requires the worker's `Hello` to carry exactly this token (socket transports).
     /// Default: none required.
     pub fn token(mut self, token: [u8; TOKEN_LEN]) -> Result<Self, ConfigError> {
@@ -139,6 +165,11 @@ impl HostConfig {
     /// The handshake deadline's length.
     pub fn handshake_limit(&self) -> Duration {
         self.handshake_timeout
+    }
+
+    /// The grace a cancelled or overdue call has to finish.
+    pub fn cancel_grace_limit(&self) -> Duration {
+        self.cancel_grace
     }
 
     pub(crate) fn expected_token(&self) -> Option<&[u8; TOKEN_LEN]> {

@@ -468,6 +468,7 @@ fn constants_table_in_the_spec_matches_the_crate() {
             DEFAULT_HANDSHAKE_TIMEOUT.as_secs(),
         ),
         ("DEFAULT_SEND_TIMEOUT", DEFAULT_SEND_TIMEOUT.as_secs()),
+        ("DEFAULT_CANCEL_GRACE", DEFAULT_CANCEL_GRACE.as_secs()),
     ]);
     let rows = golden_table("constants");
     same_names(

@@ -439,9 +439,26 @@ fn end_of_stream_with_calls_pending_loses_them() {
     );
 }
 
+/// A pair past its handshake whose host has `grace` as its cancel grace.
+fn ready_with_grace(grace: Duration) -> Pair {
+    let config = HostConfig::default().cancel_grace(grace).unwrap();
+    let mut pair = Pair::new(config, &["echo"]);
+    pair.pump();
+    assert!(pair.host.is_ready());
+    pair.host_events.clear();
+    pair.worker_events.clear();
+    pair
+}
+
+fn worker_saw_cancel_for(pair: &Pair, id: CallId) -> bool {
+    pair.worker_events
+        .iter()
+        .any(|e| matches!(e, WorkerEvent::Cancel { id: c } if *c == id))
+}
+
 #[test]
-fn call_deadline_times_out_the_call_and_closes_the_session() {
-    let mut pair = Pair::ready(&["echo"]);
+fn a_call_past_its_deadline_times_out_at_once_and_is_cancelled_on_the_worker() {
+    let mut pair = ready_with_grace(Duration::from_secs(1));
     let early = pair
         .host
         .begin_call(
@@ -452,6 +469,7 @@ fn call_deadline_times_out_the_call_and_closes_the_session() {
         )
         .unwrap();
     let late = pair.call("echo", b"");
+    pair.pump();
     assert_eq!(
         pair.host.poll_timeout(),
         Some(pair.now + Duration::from_secs(1))
@@ -461,8 +479,69 @@ fn call_deadline_times_out_the_call_and_closes_the_session() {
     pair.drain();
     assert!(pair.outcomes().is_empty(), "nothing expires early");
     pair.host.handle_timeout(pair.now + Duration::from_secs(1));
-    pair.drain();
+    pair.pump();
     assert_eq!(pair.outcome_of(early), [Outcome::TimedOut]);
+    assert!(
+        worker_saw_cancel_for(&pair, early),
+        "{:?}",
+        pair.worker_events
+    );
+    assert!(pair.host.is_ready(), "the worker keeps its other calls");
+    assert_eq!(
+        pair.host.poll_timeout(),
+        Some(pair.now + Duration::from_secs(2)),
+        "the grace ends one second after the deadline"
+    );
+    // The worker honours the cancel: its answer is discarded, the id is finished, and the
+    // call beside it completes normally.
+    pair.worker
+        .reply_fail(
+            early,
+            &airlock_protocol::RemoteError::new(airlock_protocol::ErrorKind::Cancelled, "stop"),
+        )
+        .unwrap();
+    pair.worker
+        .reply_return(late, Bytes::from_static(b"fine"))
+        .unwrap();
+    pair.pump();
+    assert_eq!(pair.outcome_of(early), [Outcome::TimedOut]);
+    assert_eq!(
+        pair.outcome_of(late),
+        [Outcome::Returned(Bytes::from_static(b"fine"))]
+    );
+    pair.host.handle_timeout(pair.now + Duration::from_secs(5));
+    pair.drain();
+    assert_eq!(pair.close_reason(), None);
+    assert_eq!(pair.host.in_flight(), 0);
+}
+
+#[test]
+fn a_handler_still_running_when_the_grace_ends_closes_the_session() {
+    let mut pair = ready_with_grace(Duration::from_secs(1));
+    let early = pair
+        .host
+        .begin_call(
+            "echo",
+            Bytes::new(),
+            pair.now + Duration::from_secs(1),
+            &mut pair.rng,
+        )
+        .unwrap();
+    let late = pair.call("echo", b"");
+    pair.host.handle_timeout(pair.now + Duration::from_secs(1));
+    pair.pump();
+    assert_eq!(pair.outcome_of(early), [Outcome::TimedOut]);
+    pair.host
+        .handle_timeout(pair.now + Duration::from_millis(1999));
+    pair.drain();
+    assert_eq!(pair.close_reason(), None, "the grace is not over yet");
+    pair.host.handle_timeout(pair.now + Duration::from_secs(2));
+    pair.drain();
+    assert_eq!(
+        pair.outcome_of(early),
+        [Outcome::TimedOut],
+        "one outcome only"
+    );
     assert_eq!(
         pair.outcome_of(late),
         [Outcome::Lost(CloseReason::CallTimeout)]
@@ -472,11 +551,42 @@ fn call_deadline_times_out_the_call_and_closes_the_session() {
 }
 
 #[test]
-fn cancelled_call_never_answered_still_times_out() {
+fn zero_grace_closes_the_session_at_the_deadline() {
+    let mut pair = ready_with_grace(Duration::ZERO);
+    let early = pair
+        .host
+        .begin_call(
+            "echo",
+            Bytes::new(),
+            pair.now + Duration::from_secs(1),
+            &mut pair.rng,
+        )
+        .unwrap();
+    let late = pair.call("echo", b"");
+    pair.host.handle_timeout(pair.now + Duration::from_secs(1));
+    pair.drain();
+    assert_eq!(pair.outcome_of(early), [Outcome::TimedOut]);
+    assert_eq!(
+        pair.outcome_of(late),
+        [Outcome::Lost(CloseReason::CallTimeout)]
+    );
+    assert_eq!(pair.close_reason(), Some(CloseReason::CallTimeout));
+}
+
+#[test]
+fn cancelled_call_never_answered_times_out_after_its_deadline_and_the_grace() {
     let mut pair = Pair::ready(&["echo"]);
     let id = pair.call("echo", b"");
     pair.host.cancel(id);
     pair.host.handle_timeout(pair.now + DEADLINE);
+    pair.drain();
+    assert_eq!(
+        pair.close_reason(),
+        None,
+        "the grace runs from the deadline"
+    );
+    pair.host
+        .handle_timeout(pair.now + DEADLINE + airlock_protocol::DEFAULT_CANCEL_GRACE);
     pair.drain();
     // One outcome (Cancelled) for the call; the session ends because the worker ignored it.
     assert_eq!(pair.outcome_of(id), [Outcome::Cancelled]);

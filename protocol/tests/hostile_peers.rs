@@ -383,6 +383,10 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
         .any(|e| matches!(e, Event::Progress { id, .. } if *id == c)));
     pair.host.handle_timeout(pair.now + DEADLINE);
     pair.drain();
+    assert!(pair.outcome_of(d).is_empty(), "the cancel grace is running");
+    pair.host
+        .handle_timeout(pair.now + DEADLINE + DEFAULT_CANCEL_GRACE);
+    pair.drain();
     assert_eq!(pair.outcome_of(c), [Outcome::Cancelled]);
     assert!(matches!(
         pair.outcome_of(d)[..],

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Host};
+use airlock_host::{CallError, Host, HostConfig};
 use airlock_tests::e2e::{call_pid, worker_bin};
 use airlock_worker::builtin::Sleep;
 
@@ -47,7 +47,13 @@ async fn no_zombie_or_descriptor_is_left_after_200_spawn_kill_cycles() {
     let started = Instant::now();
     let mut kills = 0;
     for i in 0..KILL_CYCLES + GRACEFUL_CYCLES {
-        let host = Host::builder(worker_bin()).spawn().await.unwrap();
+        // No cancel grace: a missed deadline kills the worker at once, which is the cycle
+        // this test repeats.
+        let host = Host::builder(worker_bin())
+            .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap())
+            .spawn()
+            .await
+            .unwrap();
         let pid = call_pid(&host).await.unwrap();
         // Every third cycle is graceful; the others kill.
         if i % 3 != 2 {

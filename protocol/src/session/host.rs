@@ -100,7 +100,12 @@ struct PendingCall {
     /// named at run time.
     method: Cow<'static, str>,
     state: CallState,
+    /// The instant this call's entry in `deadlines` is keyed by: its deadline, then, once that
+    /// passed, the deadline plus the cancel grace.
     deadline: Instant,
+    /// The deadline passed: the caller has its `TimedOut`, a `Cancel` was sent, and `deadline`
+    /// is now the end of the grace.
+    overdue: bool,
     progress: u32,
 }
 
@@ -226,6 +231,7 @@ impl HostSession {
                 method,
                 state: CallState::Sent,
                 deadline,
+                overdue: false,
                 progress: 0,
             },
         );
@@ -236,9 +242,9 @@ impl HostSession {
 
     /// Cancels a pending call: it completes at once with [`Outcome::Cancelled`] and a `Cancel`
     /// frame is queued. The worker still owes its terminal frame, which will be discarded; its
-    /// id stays reserved (and counted in flight) until then, or until the original deadline,
-    /// which still closes the session if the worker never answers. Returns false if the call
-    /// is not pending or already cancelled.
+    /// id stays reserved (and counted in flight) until then, or until the original deadline
+    /// plus the [cancel grace](HostConfig::cancel_grace), which closes the session if the
+    /// worker never answers. Returns false if the call is not pending or already cancelled.
     pub fn cancel(&mut self, id: CallId) -> bool {
         if matches!(self.state, State::Closed) {
             return false;
@@ -303,33 +309,54 @@ impl HostSession {
         }
     }
 
-    /// Applies the passage of time: a missed handshake deadline, or calls past their deadline,
-    /// close the session. Each expired call completes with [`Outcome::TimedOut`] (unless it was
-    /// already completed as cancelled); the others are lost with [`CloseReason::CallTimeout`].
+    /// Applies the passage of time. A missed handshake deadline closes the session. A call
+    /// past its deadline completes with [`Outcome::TimedOut`] at once and is sent `Cancel`
+    /// (a cancelled call completed already); the worker then has the
+    /// [cancel grace](HostConfig::cancel_grace) to finish it, after which the call's id is
+    /// still owed and the session closes with [`CloseReason::CallTimeout`]: every other call
+    /// is lost with it.
+    ///
+    /// ```text
+    ///   Sent/InProgress ──deadline──▶ TimedOut delivered, Cancel sent ─┐
+    ///   Cancelled ───────deadline──────────────────────────────────────┴─▶ overdue
+    ///   overdue ──terminal frame within the grace──▶ finished (discarded), worker kept
+    ///   overdue ──deadline + grace──────────────────▶ session closed (CallTimeout)
+    /// ```
     pub fn handle_timeout(&mut self, now: Instant) {
         match self.state {
             State::AwaitingHello { deadline } if now >= deadline => {
                 self.close(CloseReason::HandshakeTimeout);
             }
             State::Ready | State::Closing => {
-                let mut expired = false;
+                let grace = self.config.cancel_grace_limit();
+                let mut still_running = false;
                 while let Some(&(deadline, id)) = self.deadlines.first() {
                     if deadline > now {
                         break;
                     }
                     self.deadlines.remove(&(deadline, id));
-                    expired = true;
-                    if let Some(call) = self.calls.remove(&id) {
-                        self.finished.remember(id);
-                        if call.state != CallState::Cancelled {
-                            self.events.push_back(Event::Completed {
-                                id,
-                                outcome: Outcome::TimedOut,
-                            });
-                        }
+                    let Some(call) = self.calls.get_mut(&id) else {
+                        continue;
+                    };
+                    if call.overdue {
+                        // The grace is over and the handler still runs: it cannot be stopped.
+                        still_running = true;
+                        continue;
                     }
+                    if call.state != CallState::Cancelled {
+                        call.state = CallState::Cancelled;
+                        let transmit = self.encoder.whole(&Frame::Cancel(frame::Cancel { id }));
+                        self.transmits.push_back(transmit);
+                        self.events.push_back(Event::Completed {
+                            id,
+                            outcome: Outcome::TimedOut,
+                        });
+                    }
+                    call.overdue = true;
+                    call.deadline = deadline.checked_add(grace).unwrap_or(deadline);
+                    self.deadlines.insert((call.deadline, id));
                 }
-                if expired {
+                if still_running {
                     self.close(CloseReason::CallTimeout);
                 }
             }

@@ -50,7 +50,9 @@ impl core::fmt::Display for CloseReason {
             CloseReason::Violation(v) => write!(f, "{v}"),
             CloseReason::Refused(r) => write!(f, "handshake refused: {r:?}"),
             CloseReason::HandshakeTimeout => f.write_str("handshake timed out"),
-            CloseReason::CallTimeout => f.write_str("a call passed its deadline"),
+            CloseReason::CallTimeout => f.write_str(
+                "a call's handler was still running after its deadline and the cancel grace",
+            ),
             CloseReason::WorkerClosed => f.write_str("the worker closed the connection"),
             CloseReason::Shutdown => f.write_str("shut down"),
             CloseReason::Aborted(r) => write!(f, "aborted: {r:?}"),

@@ -89,6 +89,10 @@ impl Scene {
             .env("ROGUE_RELEASE", self.path("release"))
             .restart_policy(fast_restarts())
             .call_timeout(Duration::from_secs(5))
+            // No cancel grace: a strike that makes a call miss its deadline takes the worker
+            // down at the deadline itself, as these scenarios assert. The grace (a worker that
+            // honours the `Cancel` keeps its other calls) has its own suite, `cancel_grace.rs`.
+            .protocol(no_grace())
     }
 
     /// An unconfined host for `scenario`, for what the default confinement makes moot (a
@@ -947,9 +951,13 @@ fn over_named_socket() -> bool {
 
 /// A handshake deadline short enough that a spawn waiting it out keeps the test quick.
 fn short_handshake() -> HostConfig {
-    HostConfig::default()
+    no_grace()
         .handshake_timeout(Duration::from_millis(500))
         .unwrap()
+}
+
+fn no_grace() -> HostConfig {
+    HostConfig::default().cancel_grace(Duration::ZERO).unwrap()
 }
 
 #[tokio::test(flavor = "current_thread")]
