@@ -28,6 +28,9 @@
 //! - `ROGUE_RELEASE=path` (`setsid_grandchild`): the rogue holds its last act until `path`
 //!   exists (at most 10 s), so the test can catch the evidence while it still lives.
 //!
+//! `stall_read_in_kernel` also marks: "armed" once its trap page is registered and it waits
+//! for the host's next bytes (or `no stall: ERROR` if the kernel refused the trap).
+//!
 //! Synchronous std I/O on purpose: the point is exact control over bytes and timing.
 
 use std::io::{Read, Write};
@@ -558,9 +561,108 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             rogue.answer(call);
         }
         "never_read" => sleep_forever(),
+        "stall_read_in_kernel" => {
+            // The host's next bytes are read into a page whose fault nobody serves: the
+            // `read(2)` sleeps inside the kernel holding the pipe's lock, and every `write(2)`
+            // the host makes to that pipe sleeps on the lock too, non-blocking or not, until
+            // this process dies.
+            match kernel_stall::trap_page() {
+                Ok(page) => {
+                    mark_with(b"armed");
+                    kernel_stall::read_into_trap(&page);
+                }
+                Err(e) => mark_with(format!("no stall: {e}").as_bytes()),
+            }
+            sleep_forever();
+        }
         _ => {
             eprintln!("rogue-worker: unknown scenario {scenario:?}");
             std::process::exit(2);
+        }
+    }
+}
+
+/// A read that sleeps inside the kernel for as long as this process lives, through a
+/// `userfaultfd` page whose missing-page fault is never served (the host must run the rogue
+/// unconfined: the default confinement denies `userfaultfd`).
+#[allow(unsafe_code)]
+mod kernel_stall {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const PAGE: usize = 4096;
+    const UFFD_API: u64 = 0xaa;
+    /// `_IOWR(0xaa, 0x3f, struct uffdio_api)` (24 bytes).
+    const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+    /// `_IOWR(0xaa, 0x00, struct uffdio_register)` (32 bytes).
+    const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+    /// `_IO(0xaa, 0x00)` on `/dev/userfaultfd`.
+    const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xaa00;
+    const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
+
+    /// A registered, never-populated anonymous page and the `userfaultfd` that owns it (kept
+    /// open: closing it would let the fault resolve).
+    pub(super) struct Trap {
+        address: *mut libc::c_void,
+        _uffd: OwnedFd,
+    }
+
+    fn os_error(what: &str) -> std::io::Error {
+        let err = std::io::Error::last_os_error();
+        std::io::Error::new(err.kind(), format!("{what}: {err}"))
+    }
+
+    pub(super) fn trap_page() -> std::io::Result<Trap> {
+        // SAFETY: plain system calls on descriptors and memory this function owns; every
+        // pointer handed to the kernel points at a live, correctly sized local.
+        unsafe {
+            let mut fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) as libc::c_int;
+            if fd < 0 {
+                // Unprivileged `userfaultfd(2)` may be off; the device is governed by its mode.
+                let dev = std::fs::File::open("/dev/userfaultfd")?;
+                fd = libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW, libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(os_error("USERFAULTFD_IOC_NEW"));
+                }
+            }
+            let uffd = OwnedFd::from_raw_fd(fd);
+            let mut api = [UFFD_API, 0, 0];
+            if libc::ioctl(uffd.as_raw_fd(), UFFDIO_API, api.as_mut_ptr()) < 0 {
+                return Err(os_error("UFFDIO_API"));
+            }
+            let address = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if address == libc::MAP_FAILED {
+                return Err(os_error("mmap"));
+            }
+            let mut register = [address as u64, PAGE as u64, UFFDIO_REGISTER_MODE_MISSING, 0];
+            if libc::ioctl(uffd.as_raw_fd(), UFFDIO_REGISTER, register.as_mut_ptr()) < 0 {
+                return Err(os_error("UFFDIO_REGISTER"));
+            }
+            Ok(Trap {
+                address,
+                _uffd: uffd,
+            })
+        }
+    }
+
+    /// Waits until the host has written something to stdin, then reads it into the trap.
+    pub(super) fn read_into_trap(trap: &Trap) {
+        let stdin = std::io::stdin();
+        let mut fds = [rustix::event::PollFd::new(
+            &stdin,
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, None);
+        // SAFETY: the page is mapped for `PAGE` bytes and owned by `trap`, which outlives the
+        // call; the call never returns (its fault is never served).
+        unsafe {
+            libc::read(0, trap.address, PAGE);
         }
     }
 }

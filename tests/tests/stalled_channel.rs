@@ -1,0 +1,197 @@
+//! A worker can make a system call on its channel sleep inside the kernel, and can leave a
+//! write half done for as long as it likes. The host's deadlines, its send deadline and its
+//! shutdown must hold whoever started the write that sleeps and wherever the caller runs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use airlock_host::{CallError, Confinement, Host, LostReason, RestartPolicy};
+use airlock_tests::e2e::{process_alive, rogue_bin, share_with_worker, soon, ScratchDir};
+use airlock_worker::builtin::Echo;
+use serde_bytes::ByteBuf;
+
+fn fast_restarts() -> RestartPolicy {
+    RestartPolicy {
+        max_restarts: 5,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+    }
+}
+
+async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// SIGKILLs `pid` from outside the host (the test's own way out of a stall it caused).
+fn kill(pid: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// This process's threads that sleep in the kernel anywhere but the usual waits (futex,
+/// epoll), by name and where they sleep.
+fn sleeping_threads() -> Vec<(String, String)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let wchan = read(&task.path().join("wchan"));
+            let usual = ["futex", "epoll", "nanosleep"];
+            if wchan.is_empty() || wchan == "0" || usual.iter().any(|u| wchan.contains(u)) {
+                return None;
+            }
+            Some((read(&task.path().join("comm")).trim_end().to_owned(), wchan))
+        })
+        .collect()
+}
+
+/// A rogue whose next read is stuck in the kernel, holding its input pipe's lock: two calls
+/// made with `deadline` (the first arms the trap, the second's frame is read into it), the
+/// rogue's pid, and the tasks awaiting those calls. Proves the stall is live before it returns.
+async fn stalled_rogue(
+    dir: &ScratchDir,
+    deadline: Duration,
+) -> (
+    Host,
+    u32,
+    Vec<tokio::task::JoinHandle<Result<ByteBuf, CallError>>>,
+) {
+    share_with_worker(dir);
+    let mark = dir.join("mark");
+    let host = Host::builder(rogue_bin())
+        .arg("stall_read_in_kernel")
+        .env("ROGUE_ONCE", dir.join("once"))
+        .env("ROGUE_MARK", &mark)
+        // `userfaultfd` is denied by the default confinement; the channel must hold without it.
+        .confinement(Confinement::none())
+        .restart_policy(fast_restarts())
+        .shutdown_grace(Duration::from_millis(200))
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let pid = host.worker_pid().expect("a worker process");
+    let call = |tag: &'static str| {
+        let host = host.clone();
+        let at = Instant::now() + deadline;
+        tokio::spawn(async move {
+            host.call_with_deadline::<Echo>(&ByteBuf::from(tag.as_bytes().to_vec()), at)
+                .await
+        })
+    };
+    let first = call("first");
+    wait_until("the trap to be armed", Duration::from_secs(5), || {
+        !read(&mark).is_empty()
+    })
+    .await;
+    assert_eq!(read(&mark), "armed", "the rogue could not set its trap");
+    let second = call("second");
+    // The attack is live: the rogue sleeps in the kernel on its unserved fault, inside the
+    // pipe read (the pipe's lock is held from here on).
+    let wchan = format!("/proc/{pid}/wchan");
+    wait_until(
+        "the rogue's read to sleep on its unserved fault",
+        Duration::from_secs(5),
+        || read(Path::new(&wchan)).contains("userfault"),
+    )
+    .await;
+    (host, pid, vec![first, second])
+}
+
+/// The rogue reads the host's next frame into a `userfaultfd` page it never serves, so its
+/// `read(2)` sleeps in the kernel holding the pipe's lock and any `write(2)` the host makes to
+/// that pipe sleeps with it. Whatever task makes that write, the supervisor must still see the
+/// calls' deadlines pass, kill the worker (which ends the sleep) and finish a shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pipe_write_sleeping_in_the_kernel_does_not_stall_deadlines_or_shutdown() {
+    let dir = ScratchDir::new("kernel-stall");
+    let (host, pid, calls) = stalled_rogue(&dir, Duration::from_millis(1500)).await;
+
+    // A graceful shutdown: the host says `Shutdown` on the stalled pipe.
+    let shutdown = tokio::spawn({
+        let host = host.clone();
+        async move { host.shutdown().await }
+    });
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(6), async {
+        let mut outcomes = Vec::new();
+        for call in calls {
+            outcomes.push(call.await.unwrap());
+        }
+        shutdown.await.unwrap();
+        outcomes
+    })
+    .await;
+    let waited = started.elapsed();
+    let alive_then = process_alive(pid);
+    let host_threads = sleeping_threads();
+    // The way out if the host is stuck behind the pipe's lock: only the worker's death ends it.
+    kill(pid);
+    let outcomes = ended.unwrap_or_else(|_| {
+        panic!(
+            "calls with 1.5 s deadlines and a 200 ms shutdown grace still unanswered after \
+             {waited:?}; the worker was {} (the host never killed it); this process's \
+             threads sleeping in the kernel: {host_threads:?}",
+            if alive_then { "alive" } else { "dead" }
+        )
+    });
+    for outcome in outcomes {
+        assert!(
+            matches!(
+                outcome,
+                Err(CallError::Timeout
+                    | CallError::WorkerLost(LostReason::OtherCallTimedOut | LostReason::Shutdown))
+            ),
+            "{outcome:?}"
+        );
+    }
+    assert!(!alive_then, "the host left the stalled worker alive");
+}
+
+/// A caller whose frame meets the stalled pipe must still be able to give up on its call (a
+/// `timeout` around it, a `select!`): its poll of the call may not sleep in the kernel until
+/// the supervisor kills the worker at some other call's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_whose_frame_meets_a_stalled_pipe_can_still_give_up() {
+    let dir = ScratchDir::new("kernel-stall-caller");
+    let (host, pid, calls) = stalled_rogue(&dir, Duration::from_secs(5)).await;
+    let third = tokio::spawn({
+        let host = host.clone();
+        async move {
+            let started = Instant::now();
+            let outcome = tokio::time::timeout(
+                Duration::from_millis(300),
+                host.call_with_deadline::<Echo>(&ByteBuf::from(b"third".to_vec()), soon(5000)),
+            )
+            .await;
+            (started.elapsed(), outcome.is_err())
+        }
+    });
+    let given_up = tokio::time::timeout(Duration::from_secs(2), third).await;
+    let host_threads = sleeping_threads();
+    // A call deadline (5 s) ends the stall in any case; don't wait for it.
+    kill(pid);
+    let (took, timed_out) = given_up
+        .unwrap_or_else(|_| {
+            panic!(
+                "a caller that gave up after 300 ms was still inside its call after 2 s; this \
+                 process's threads sleeping in the kernel: {host_threads:?}"
+            )
+        })
+        .unwrap();
+    assert!(timed_out && took < Duration::from_secs(1), "{took:?}");
+    for call in calls {
+        let _ = call.await;
+    }
+}
