@@ -195,3 +195,73 @@ async fn a_caller_whose_frame_meets_a_stalled_pipe_can_still_give_up() {
         let _ = call.await;
     }
 }
+
+/// A caller may run on a runtime of its own (a short-lived one around a blocking API, say).
+/// When its frame does not fit in the pipe, the rest of the write is finished by the host and
+/// must stay under the host's send deadline after the caller, and its runtime, are gone: a
+/// worker that stops reading is cut off at the send deadline, and the calls behind the stuck
+/// write learn it then, not at their own deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_begun_on_a_callers_runtime_that_ended_keeps_the_send_deadline() {
+    let dir = ScratchDir::new("foreign-runtime");
+    share_with_worker(&dir);
+    let pids = dir.join("pids");
+    let host = Host::builder(rogue_bin())
+        .arg("never_read")
+        .env("ROGUE_ONCE", dir.join("once"))
+        .env("ROGUE_PIDS", &pids)
+        .confinement(Confinement::none())
+        .restart_policy(fast_restarts())
+        .send_timeout(Duration::from_millis(500))
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let rogue = host.worker_pid().expect("a worker process");
+
+    // 4 MiB: more than the pipe holds (1 MiB at most), so the write has to wait.
+    let caller = host.clone();
+    let gave_up = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(
+                Duration::from_millis(100),
+                caller.call_with_deadline::<Echo>(&ByteBuf::from(vec![7u8; 4 << 20]), soon(20_000)),
+            )
+            .await
+        });
+        outcome.is_err()
+    })
+    .join()
+    .unwrap();
+    assert!(gave_up, "the big call was answered: the rogue read it");
+
+    // A call behind the stuck write, with a deadline far beyond the send deadline.
+    let started = Instant::now();
+    let behind = host
+        .call_with_deadline::<Echo>(&ByteBuf::from(b"behind".to_vec()), soon(8000))
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the call behind the stuck write waited {took:?} (outcome {behind:?}) with a 500 ms send \
+         deadline; the rogue was {}",
+        if process_alive(rogue) {
+            "still alive"
+        } else {
+            "dead"
+        }
+    );
+    assert!(
+        matches!(behind, Err(CallError::WorkerLost(_))),
+        "{behind:?}"
+    );
+    let fresh = host
+        .call_with_deadline::<Echo>(&ByteBuf::from(b"fresh".to_vec()), soon(5000))
+        .await;
+    assert_eq!(fresh.unwrap().as_slice(), b"fresh");
+    assert_eq!(read(&pids).lines().count(), 2, "one replacement");
+    host.shutdown().await;
+}
