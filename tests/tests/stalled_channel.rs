@@ -265,3 +265,60 @@ async fn a_write_begun_on_a_callers_runtime_that_ended_keeps_the_send_deadline()
     assert_eq!(read(&pids).lines().count(), 2, "one replacement");
     host.shutdown().await;
 }
+
+/// The identity on a large map: its response takes the host a while to decode.
+struct BigMap;
+impl airlock_protocol::Method for BigMap {
+    const NAME: &'static str = "echo";
+    type Request = std::collections::BTreeMap<u64, u64>;
+    type Response = std::collections::BTreeMap<u64, u64>;
+}
+
+/// A worker's reader belongs to that worker: what it reads after its worker is gone must
+/// never reach the session of the worker that replaced it. Here the rogue is honest: it
+/// answers one large call and exits. The host decodes the answer (about a second in this
+/// build) while the supervisor buries the rogue and starts its replacement; the end of stream
+/// that follows the answer is the rogue's, and must not end the replacement. Whether the
+/// supervisor gets to run during the decode depends on scheduling, so up to five rounds are
+/// played, each with a fresh host; every round must see exactly one replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_workers_end_of_stream_never_reaches_its_replacement() {
+    let map: std::collections::BTreeMap<u64, u64> = (0..1_000_000).map(|i| (i, i)).collect();
+    for round in 1..=5 {
+        let dir = ScratchDir::new("stale-reader");
+        share_with_worker(&dir);
+        let pids = dir.join("pids");
+        let host = Host::builder(rogue_bin())
+            .arg("return_then_exit")
+            .env("ROGUE_ONCE", dir.join("once"))
+            .env("ROGUE_PIDS", &pids)
+            .confinement(Confinement::none())
+            .restart_policy(fast_restarts())
+            .spawn()
+            .await
+            .expect("the rogue completes its handshake");
+        let answer = host
+            .call_with_deadline::<BigMap>(&map, soon(30_000))
+            .await
+            .expect("the rogue answers honestly before it exits");
+        assert_eq!(answer.len(), map.len());
+        // The rogue's exit is acted on once its last frames have had their moment (100 ms):
+        // wait for its replacement, then give that one time to settle in.
+        wait_until("a replacement to start", Duration::from_secs(10), || {
+            read(&pids).lines().count() >= 2
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let fresh = host
+            .call_with_deadline::<Echo>(&ByteBuf::from(b"fresh".to_vec()), soon(10_000))
+            .await;
+        let started_workers = read(&pids).lines().count();
+        assert!(
+            fresh.is_ok() && started_workers == 2 && host.stats().restarts == 1,
+            "round {round}: one replacement expected after the rogue's exit: fresh call \
+             {fresh:?}, {started_workers} workers started, stats {:#?}",
+            host.stats()
+        );
+        host.shutdown().await;
+    }
+}

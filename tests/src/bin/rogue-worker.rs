@@ -466,7 +466,11 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         }
         // ----- process -----
         "exit_mid_call" => std::process::exit(3),
-        "hang" => sleep_forever(),
+        "return_then_exit" => {
+            // An honest answer, then gone: the host reads the answer, then end of stream.
+            rogue.answer(call);
+            std::process::exit(0);
+        }
         "ignore_cancel" => {
             // Keep reading, note the `Cancel` for this call, and never answer anything.
             while let Some(raw) = rogue.next_frame() {
