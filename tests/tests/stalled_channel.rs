@@ -2,6 +2,7 @@
 //! write half done for as long as it likes. The host's deadlines, its send deadline and its
 //! shutdown must hold whoever started the write that sleeps and wherever the caller runs.
 
+use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -321,4 +322,79 @@ async fn a_lost_workers_end_of_stream_never_reaches_its_replacement() {
         );
         host.shutdown().await;
     }
+}
+
+/// The host's runtime may end while a caller on another runtime waits, and a caller's future
+/// may be dropped where there is no runtime at all: the waiting call still gets exactly one
+/// outcome (`Shutdown`), promptly, and the drop neither panics nor hangs.
+#[test]
+fn calls_outlive_the_hosts_runtime_with_one_outcome() {
+    let dir = ScratchDir::new("runtime-gone");
+    share_with_worker(&dir);
+    let host_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let host = host_runtime
+        .block_on(
+            Host::builder(rogue_bin())
+                .arg("ignore_cancel")
+                .env("ROGUE_MARK", dir.join("mark"))
+                .confinement(Confinement::none())
+                .spawn(),
+        )
+        .expect("the rogue completes its handshake");
+    let caller_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A call future polled once on the caller's runtime (its frame is out), then dropped
+    // outside any runtime: its cancel is queued for a writer that is still alive.
+    let mut dropped = Box::pin({
+        let host = host.clone();
+        async move {
+            host.call_with_deadline::<Echo>(&ByteBuf::from(b"dropped".to_vec()), soon(60_000))
+                .await
+        }
+    });
+    caller_runtime.block_on(async {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(dropped.as_mut().poll(&mut cx).is_pending());
+    });
+    drop(dropped);
+    // The cancel reaches the rogue once the host's runtime runs its writer.
+    host_runtime.block_on(async {
+        wait_until(
+            "the rogue to get the Cancel",
+            Duration::from_secs(5),
+            || read(&dir.join("mark")).starts_with("cancel "),
+        )
+        .await;
+    });
+    let waiting = std::thread::spawn({
+        let host = host.clone();
+        move || {
+            caller_runtime.block_on(async {
+                let started = Instant::now();
+                let outcome = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    host.call_with_deadline::<Echo>(
+                        &ByteBuf::from(b"waiting".to_vec()),
+                        soon(60_000),
+                    ),
+                )
+                .await;
+                (outcome, started.elapsed())
+            })
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    drop(host_runtime);
+    let (outcome, took) = waiting.join().unwrap();
+    assert!(
+        matches!(outcome, Ok(Err(CallError::Shutdown))),
+        "{outcome:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }
