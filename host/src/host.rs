@@ -175,6 +175,8 @@ struct Shared {
     next_key: AtomicU64,
     call_timeout: Duration,
     worker: WorkerInfo,
+    /// The worker's name in logs ([`HostBuilder::label`]).
+    label: String,
 }
 
 impl Host {
@@ -221,6 +223,7 @@ impl Host {
                 next_key: AtomicU64::new(0),
                 call_timeout: settings.call_timeout,
                 worker,
+                label: settings.label.clone(),
             }),
         })
     }
@@ -286,14 +289,15 @@ impl Host {
         // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
         // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
         let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
-        let counters = &self.shared.counters;
-        counters.started.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight::new(&self.shared);
+        self.shared.counters.started.fetch_add(1, Ordering::Relaxed);
+        let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
+        // The guard keeps the method's name for the stats: a copy only for a name given at
+        // run time; a typed call's name is a `&'static str`.
+        let mut guard = InFlight::new(&self.shared, method.clone(), key);
         let result = self
-            .call_inner::<T>(method, body, decode, deadline, &mut guard)
+            .call_inner::<T>(method, body, decode, deadline, key, &mut guard)
             .await;
-        guard.done = true;
-        counters.record(&result.as_ref().map(|_| ()));
+        guard.finish(result.as_ref().map(|_| ()));
         result
     }
 
@@ -303,11 +307,11 @@ impl Host {
         body: Result<Vec<u8>, CallError>,
         decode: Decode,
         deadline: Instant,
+        key: u64,
         guard: &mut InFlight<'_>,
     ) -> Result<T, CallError> {
         let body = body?;
         let (reply, answer) = oneshot::channel();
-        let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         let call = CallRequest {
             key,
             method,
@@ -324,12 +328,12 @@ impl Host {
                 .send(Command::Call(call))
                 .map_err(|_| CallError::Shutdown)?;
         }
-        guard.key = Some(key);
+        guard.registered = true;
         // The supervisor enforces the deadline (and kills the worker when it passes). Every
         // reply sender is answered or dropped when its worker ends or the supervisor stops
         // driving it, so this wait is bounded without a timer of its own.
         let reply = answer.await.map_err(|_| CallError::Shutdown)?;
-        guard.key = None;
+        guard.registered = false;
         match reply {
             // Decoded where the supervisor accepted the frame, with this method's decoder.
             CallReply::Returned(value) => value
@@ -388,20 +392,39 @@ impl Host {
 }
 
 /// Counts a call in flight, and cancels it if its future is dropped before it finished.
+/// Records its outcome, under its method, and traces it (target `airlock::call`).
 struct InFlight<'a> {
     shared: &'a Shared,
-    key: Option<u64>,
-    done: bool,
+    method: Cow<'static, str>,
+    /// The call's local number: its cancellation key, and its `call` field in the trace.
+    key: u64,
+    started: Instant,
+    /// The call is with the supervisor or on the worker: a drop must cancel it there.
+    registered: bool,
+    finished: bool,
 }
 
 impl<'a> InFlight<'a> {
-    fn new(shared: &'a Shared) -> Self {
+    fn new(shared: &'a Shared, method: Cow<'static, str>, key: u64) -> Self {
         shared.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         Self {
             shared,
-            key: None,
-            done: false,
+            method,
+            key,
+            started: Instant::now(),
+            registered: false,
+            finished: false,
         }
+    }
+
+    /// The call ended with `outcome`.
+    fn finish(&mut self, outcome: Result<(), &CallError>) {
+        self.finished = true;
+        let elapsed = self.started.elapsed();
+        self.shared
+            .counters
+            .record(&self.method, outcome, elapsed);
+        trace_call(self, outcome, elapsed);
     }
 }
 
@@ -411,19 +434,45 @@ impl Drop for InFlight<'_> {
             .counters
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
-        if let Some(key) = self.key {
+        if self.registered {
             // On the worker: cancelled there. Still waiting for a worker (or in the command
             // channel): the supervisor removes it, or cancels it once it has begun it.
-            if !self.shared.live.cancel(key, Party::Caller) {
-                let _ = self.shared.commands.send(Command::Cancel(key));
+            if !self.shared.live.cancel(self.key, Party::Caller) {
+                let _ = self.shared.commands.send(Command::Cancel(self.key));
             }
         }
-        if !self.done {
-            self.shared
-                .counters
-                .cancelled
-                .fetch_add(1, Ordering::Relaxed);
+        if !self.finished {
+            // The caller dropped the call's future.
+            self.finish(Err(&CallError::Cancelled));
         }
+    }
+}
+
+/// One DEBUG event per call, at its outcome. Its fields are formatted only when a subscriber
+/// takes the event: with DEBUG off for `airlock::call` this is a check of the callsite's
+/// cached interest.
+fn trace_call(call: &InFlight<'_>, outcome: Result<(), &CallError>, elapsed: Duration) {
+    let duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    match outcome {
+        Ok(()) => tracing::debug!(
+            target: "airlock::call",
+            worker = %call.shared.label,
+            method = %call.method,
+            call = call.key,
+            outcome = "ok",
+            duration_us,
+            "call ended"
+        ),
+        Err(err) => tracing::debug!(
+            target: "airlock::call",
+            worker = %call.shared.label,
+            method = %call.method,
+            call = call.key,
+            outcome = crate::stats::outcome_name(Err(err)),
+            duration_us,
+            error = %err,
+            "call ended"
+        ),
     }
 }
 

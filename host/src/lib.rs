@@ -39,6 +39,30 @@
 //! Every worker is OS-confined by default ([`Confinement::strict`]): namespaces of its own
 //! with a minimal read-only root, Landlock, seccomp, no capabilities and rlimits, verified
 //! from outside before its first call. See the [`confinement`] module for the layers.
+//!
+//! # Observability
+//!
+//! [`Host::stats`] and [`Pool::stats`] count calls by outcome, violations by code, restarts,
+//! and, per method, calls and latency percentiles ([`MethodStats`], [`LatencyHistogram`]).
+//!
+//! The host logs through [`tracing`](https://docs.rs/tracing) on these targets (a
+//! subscriber can select them, e.g. `RUST_LOG=airlock::call=debug` with
+//! `tracing-subscriber`'s `EnvFilter`). Every event carries `worker`, the host's
+//! [label](HostBuilder::label); durations are whole microseconds (`*_us`).
+//!
+//! | target | level | when | fields |
+//! | --- | --- | --- | --- |
+//! | `airlock::spawn` | DEBUG | a worker process is up and connected (first or replacement) | `program`, `transport`, `confinement` (the mode), `duration_us` (the launch) |
+//! | `airlock::handshake` | DEBUG | its `Hello` was accepted and its confinement verified | `worker_name`, `worker_version`, `methods` (how many), `duration_us` (from the spawn's end) |
+//! | `airlock::call` | DEBUG | a call ended | `method`, `call` (its number in this host, from 0: a local handle, never sent; the wire id is random), `outcome` (`ok` or the [`FailureCounts`] field it counts in), `duration_us`, `error` (on failure) |
+//! | `airlock::restart` | DEBUG | a lost worker is about to be replaced | `reason`, `backoff_us`, `restart` (its number) |
+//! | `airlock::host` | WARN, ERROR | a launch failed, a worker was lost or broke the protocol, the restart budget ran out | the reason, in the message |
+//! | `airlock::confinement` | WARN | [`Confinement::none`], a layer the kernel lacks, a worker not verified | the message |
+//! | `airlock::worker_stderr` | INFO | a line the worker wrote to stderr (bounded, rate-limited) | the line, in the message |
+//! | `airlock::in_process` | DEBUG | an [`InProcess`] worker's serving loop ended with an error | the error |
+//!
+//! With DEBUG off for a target, its events cost a check of a cached flag per callsite:
+//! nothing is formatted or allocated.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -71,8 +95,8 @@ pub use error::{CallError, ExitInfo, LostReason, SpawnError};
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
 pub use info::WorkerInfo;
-pub use pool::{Pool, PoolBuilder};
-pub use stats::{FailureCounts, HostStats};
+pub use pool::{Pool, PoolBuilder, PoolStats};
+pub use stats::{FailureCounts, HostStats, LatencyHistogram, MethodStats, MAX_DYNAMIC_METHODS};
 
 // Everything a host program names, so `airlock-host` is its one airlock dependency.
 pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};

@@ -71,6 +71,16 @@ pub struct Pool {
     hosts: Vec<Host>,
 }
 
+/// A snapshot of a [`Pool`]'s counters: each worker's, and their sum.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Every worker's counters added up ([`HostStats::merge`]): per-method percentiles here
+    /// are those of all the pool's calls to the method.
+    pub total: HostStats,
+    /// Each worker's counters, in the order of [`Pool::hosts`].
+    pub workers: Vec<HostStats>,
+}
+
 impl Pool {
     /// A pool builder whose workers are all spawned from `host`, each relabelled `worker-<i>`
     /// (its index) for the logs.
@@ -107,9 +117,14 @@ impl Pool {
         &self.hosts
     }
 
-    /// Each worker's counters.
-    pub fn stats(&self) -> Vec<HostStats> {
-        self.hosts.iter().map(Host::stats).collect()
+    /// The pool's counters: each worker's, and their total.
+    pub fn stats(&self) -> PoolStats {
+        let workers: Vec<HostStats> = self.hosts.iter().map(Host::stats).collect();
+        let mut total = HostStats::default();
+        for worker in &workers {
+            total.merge(worker);
+        }
+        PoolStats { total, workers }
     }
 
     /// Shuts every worker down.

@@ -92,6 +92,8 @@ pub(crate) struct Supervisor {
     generation: u64,
     restart_times: VecDeque<Instant>,
     shutdown: Option<Vec<oneshot::Sender<()>>>,
+    /// When the current worker's launch ended: its handshake is timed from here.
+    launched_at: Instant,
 }
 
 /// How one worker's life ended.
@@ -119,6 +121,7 @@ impl Supervisor {
             generation: 0,
             restart_times: VecDeque::new(),
             shutdown: None,
+            launched_at: Instant::now(),
         }
     }
 
@@ -131,6 +134,17 @@ impl Supervisor {
             let started = Instant::now();
             let end = match self.launch_taking_commands().await {
                 Ok(launched) => {
+                    self.launched_at = Instant::now();
+                    let settings = &self.settings;
+                    tracing::debug!(
+                        target: "airlock::spawn",
+                        worker = %settings.label,
+                        program = %settings.program.display(),
+                        transport = ?settings.transport,
+                        confinement = ?settings.confinement.mode(),
+                        duration_us = micros(started.elapsed()),
+                        "worker spawned"
+                    );
                     if let WorkerProcess::Child { pid, .. } = &launched.process {
                         self.counters.worker_pid.store(*pid, Ordering::Relaxed);
                     }
@@ -168,6 +182,14 @@ impl Supervisor {
                 // It ran well for a whole window: this failure starts a fresh backoff.
                 backoff = self.settings.restart.initial_backoff;
             }
+            tracing::debug!(
+                target: "airlock::restart",
+                worker = %self.settings.label,
+                reason = %end.reason,
+                backoff_us = micros(backoff),
+                restart = self.counters.restarts.load(Ordering::Relaxed) + 1,
+                "replacing the lost worker after the backoff"
+            );
             if !self.pause(backoff).await {
                 return self.finish();
             }
@@ -566,6 +588,15 @@ impl Supervisor {
             });
             return;
         }
+        tracing::debug!(
+            target: "airlock::handshake",
+            worker = %self.settings.label,
+            worker_name = %info.name,
+            worker_version = %info.version,
+            methods = info.methods.len(),
+            duration_us = micros(self.launched_at.elapsed()),
+            "worker ready"
+        );
         if let Some(raise) = raise.take() {
             let _ = raise.send(self.settings.protocol.frame_limit());
         }
@@ -657,6 +688,11 @@ fn lost_reason(reason: &CloseReason, exit: Option<ExitInfo>) -> LostReason {
         CloseReason::Aborted(_) => LostReason::TransportFailed,
         _ => LostReason::TransportFailed,
     }
+}
+
+/// A duration in whole microseconds, for a trace's `*_us` field.
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -225,7 +225,7 @@ async fn chaos(calls: usize, transport: TransportChoice) {
 
     // Every call has exactly one outcome, and the hosts' own counters agree.
     assert_eq!(echo.total(), calls as u64);
-    let stats = pool.stats();
+    let stats = pool.stats().workers;
     let started_total: u64 = stats.iter().map(|s| s.calls_started).sum();
     let ok_total: u64 = stats.iter().map(|s| s.calls_ok).sum();
     let failed_total: u64 = stats
