@@ -99,6 +99,47 @@ impl LostReason {
             _ => None,
         }
     }
+
+    /// True if the host knows that the call reporting this reason did not cause the loss, so
+    /// that an idempotent call may be sent again on another worker (what
+    /// [`PoolBuilder::retry_lost_calls`](crate::PoolBuilder::retry_lost_calls) does):
+    ///
+    /// - [`OtherCallTimedOut`](Self::OtherCallTimedOut): another call passed its deadline and
+    ///   its handler ignored the cancel past the grace (the call that timed out gets
+    ///   [`CallError::Timeout`] itself);
+    /// - [`HandshakeTimeout`](Self::HandshakeTimeout), [`Refused`](Self::Refused),
+    ///   [`ConfinementNotVerified`](Self::ConfinementNotVerified),
+    ///   [`RestartBudgetExhausted`](Self::RestartBudgetExhausted): no worker took the call (a
+    ///   worker is given calls only once its handshake and verification have passed).
+    ///
+    /// False for the rest, where this call may be the cause, so that a retry would carry the
+    /// same request to a second worker and its calls: a [`Violation`](Self::Violation) or an
+    /// [`UndecodableResponse`](Self::UndecodableResponse) (even in another call's answer) is
+    /// the mark of a worker gone hostile or broken, and any request it held may be what did
+    /// it; a worker that [`Exited`](Self::Exited) or stopped reading
+    /// ([`TransportFailed`](Self::TransportFailed)) may have aborted, overflowed its stack or
+    /// run out of memory on this very request. And [`Shutdown`](Self::Shutdown): the host was
+    /// shut down on purpose.
+    ///
+    /// ```
+    /// use airlock_host::LostReason;
+    /// assert!(LostReason::OtherCallTimedOut.not_caused_by_the_call());
+    /// assert!(!LostReason::TransportFailed.not_caused_by_the_call());
+    /// ```
+    pub fn not_caused_by_the_call(&self) -> bool {
+        match self {
+            LostReason::OtherCallTimedOut
+            | LostReason::HandshakeTimeout
+            | LostReason::Refused(_)
+            | LostReason::ConfinementNotVerified
+            | LostReason::RestartBudgetExhausted => true,
+            LostReason::Violation(_)
+            | LostReason::UndecodableResponse
+            | LostReason::Exited(_)
+            | LostReason::TransportFailed
+            | LostReason::Shutdown => false,
+        }
+    }
 }
 
 /// How a worker process ended, as far as the host saw.

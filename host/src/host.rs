@@ -359,6 +359,16 @@ impl Host {
         self.shared.counters.snapshot()
     }
 
+    /// The worker's name in logs ([`HostBuilder::label`]).
+    pub(crate) fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// True if both handles talk to the same worker.
+    pub(crate) fn same_host(&self, other: &Host) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// The deadline, from now, of a call made without one.
     pub(crate) fn call_timeout(&self) -> Duration {
         self.shared.call_timeout

@@ -55,6 +55,7 @@
 //! | `airlock::spawn` | DEBUG | a worker process is up and connected (first or replacement) | `program`, `transport`, `confinement` (the mode), `duration_us` (the launch) |
 //! | `airlock::handshake` | DEBUG | its `Hello` was accepted and its confinement verified | `worker_name`, `worker_version`, `methods` (how many), `duration_us` (from the spawn's end) |
 //! | `airlock::call` | DEBUG | a call ended | `method`, `call` (its number in this host, from 0: a local handle, never sent; the wire id is random), `outcome` (`ok` or the [`FailureCounts`] field it counts in), `duration_us`, `error` (on failure) |
+//! | `airlock::call` | DEBUG | a [`Pool`] retries a lost call ([`PoolBuilder::retry_lost_calls`]) | `method`, `retry_on` (the other worker's label), `reason` |
 //! | `airlock::restart` | DEBUG | a lost worker is about to be replaced | `reason`, `backoff_us`, `restart` (its number) |
 //! | `airlock::host` | WARN, ERROR | a launch failed, a worker was lost or broke the protocol, the restart budget ran out | the reason, in the message |
 //! | `airlock::confinement` | WARN | [`Confinement::none`], a layer the kernel lacks, a worker not verified | the message |

@@ -12,6 +12,7 @@ use crate::{CallError, Host, HostStats, SpawnError};
 pub struct PoolBuilder {
     host: HostBuilder,
     size: usize,
+    retry_lost_calls: bool,
 }
 
 impl PoolBuilder {
@@ -20,6 +21,30 @@ impl PoolBuilder {
     #[must_use]
     pub fn size(mut self, workers: usize) -> Self {
         self.size = workers;
+        self
+    }
+
+    /// Retry, once, a call lost to something that was not its own doing. Default `false`.
+    ///
+    /// With it on, a typed call ([`Pool::call`], [`Pool::call_with_deadline`]) of a method
+    /// that declares itself safe to run twice ([`Method::IDEMPOTENT`]) and fails with
+    /// [`CallError::WorkerLost`] for a reason that [`LostReason::not_caused_by_the_call`]
+    /// accepts (another call on its worker timed out and ignored its cancel, or no worker took
+    /// the call) is sent once more, on another live worker of the pool (or on the replacement
+    /// of its own worker if no other is alive), within the call's original deadline. The
+    /// second outcome is the call's outcome.
+    ///
+    /// Never retried: a call that timed out itself, whose own answer did not decode, that was
+    /// cancelled or refused; a call whose worker broke the protocol, lied in any answer,
+    /// exited or stopped reading (this call may be what made it do so, and a retry would carry
+    /// the same request to a second worker and its calls); a method that is not idempotent;
+    /// and dynamic calls ([`Pool::call_value`], which cannot declare it). Each attempt is
+    /// counted in its own worker's stats.
+    ///
+    /// [`LostReason::not_caused_by_the_call`]: crate::LostReason::not_caused_by_the_call
+    #[must_use]
+    pub fn retry_lost_calls(mut self, retry: bool) -> Self {
+        self.retry_lost_calls = retry;
         self
     }
 
@@ -54,7 +79,10 @@ impl PoolBuilder {
             }
             return Err(err);
         }
-        Ok(Pool { hosts })
+        Ok(Pool {
+            hosts,
+            retry_lost_calls: self.retry_lost_calls,
+        })
     }
 }
 
@@ -69,6 +97,7 @@ impl PoolBuilder {
 #[derive(Clone, Debug)]
 pub struct Pool {
     hosts: Vec<Host>,
+    retry_lost_calls: bool,
 }
 
 /// A snapshot of a [`Pool`]'s counters: each worker's, and their sum.
@@ -85,23 +114,68 @@ impl Pool {
     /// A pool builder whose workers are all spawned from `host`, each relabelled `worker-<i>`
     /// (its index) for the logs.
     pub fn builder(host: HostBuilder) -> PoolBuilder {
-        PoolBuilder { host, size: 1 }
+        PoolBuilder {
+            host,
+            size: 1,
+            retry_lost_calls: false,
+        }
     }
 
-    /// Calls `M` on the live worker with the fewest calls in flight.
+    /// Calls `M` on the live worker with the fewest calls in flight, with the pool's call
+    /// deadline. A lost call may be retried once: see [`PoolBuilder::retry_lost_calls`].
     pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
-        self.pick()?.call::<M>(request).await
+        let host = self.pick()?;
+        // `call_timeout` is at most `MAX_TIMEOUT` (checked at spawn), so this cannot overflow.
+        let deadline = Instant::now() + host.call_timeout();
+        self.call_on::<M>(host, request, deadline).await
     }
 
-    /// Like [`call`](Self::call), with an explicit deadline.
+    /// Like [`call`](Self::call), with an explicit deadline, which a retry keeps.
     pub async fn call_with_deadline<M: Method>(
         &self,
         request: &M::Request,
         deadline: Instant,
     ) -> Result<M::Response, CallError> {
-        self.pick()?
-            .call_with_deadline::<M>(request, deadline)
-            .await
+        self.call_on::<M>(self.pick()?, request, deadline).await
+    }
+
+    async fn call_on<M: Method>(
+        &self,
+        host: &Host,
+        request: &M::Request,
+        deadline: Instant,
+    ) -> Result<M::Response, CallError> {
+        let first = host.call_with_deadline::<M>(request, deadline).await;
+        let reason = match &first {
+            Err(CallError::WorkerLost(reason))
+                if self.retry_lost_calls && M::IDEMPOTENT && reason.not_caused_by_the_call() =>
+            {
+                reason
+            }
+            _ => return first,
+        };
+        let Some(other) = self.pick_other_than(host) else {
+            return first;
+        };
+        tracing::debug!(
+            target: "airlock::call",
+            worker = %host.label(),
+            method = M::NAME,
+            retry_on = %other.label(),
+            %reason,
+            "retrying a lost call on another worker"
+        );
+        other.call_with_deadline::<M>(request, deadline).await
+    }
+
+    /// The live worker with the fewest calls in flight other than `lost`, or `lost` itself
+    /// (its replacement) when it is the only one alive.
+    fn pick_other_than<'a>(&'a self, lost: &'a Host) -> Option<&'a Host> {
+        self.hosts
+            .iter()
+            .filter(|h| h.is_alive() && !h.same_host(lost))
+            .min_by_key(|h| h.in_flight())
+            .or_else(|| lost.is_alive().then_some(lost))
     }
 
     pub(crate) fn pick(&self) -> Result<&Host, CallError> {

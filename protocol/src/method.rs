@@ -31,19 +31,45 @@ pub trait Method: 'static {
     type Request: Serialize + DeserializeOwned + Send + Sync + 'static;
     /// What the worker answers.
     type Response: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// True if running the method twice with the same request does no harm beyond running it
+    /// once (a read, a pure computation, a write of a fixed value), so that a call lost
+    /// through no fault of its own may be sent again on another worker. Default `false`: the
+    /// host never runs a method twice unless it says so. A call lost with its worker may
+    /// have run there in full, partly or not at all, and the host cannot tell which.
+    ///
+    /// Only an opt-in of the host acts on it (`PoolBuilder::retry_lost_calls` in
+    /// `airlock-host`); [`method!`](crate::method!) sets it with a trailing `idempotent`.
+    ///
+    /// ```
+    /// use airlock_protocol::Method;
+    /// struct Lookup;
+    /// impl Method for Lookup {
+    ///     const NAME: &'static str = "lookup";
+    ///     type Request = String;
+    ///     type Response = Option<String>;
+    ///     const IDEMPOTENT: bool = true;
+    /// }
+    /// assert!(Lookup::IDEMPOTENT);
+    /// ```
+    const IDEMPOTENT: bool = false;
 }
 
 /// Declares a [`Method`] in one line, in a crate both sides share: a unit struct named `$ty`
 /// whose wire name is `$name`, with its request and response types. An invalid name fails the
-/// build.
+/// build. A trailing `, idempotent` declares it safe to run twice ([`Method::IDEMPOTENT`]).
 ///
 /// ```
 /// airlock_protocol::method!(
 ///     /// Greets someone by name.
 ///     pub Greet, "greet", String => String
 /// );
+/// airlock_protocol::method!(
+///     /// Reads a setting: safe to run twice.
+///     pub Setting, "setting", String => Option<String>, idempotent
+/// );
 /// use airlock_protocol::Method;
 /// assert_eq!(Greet::NAME, "greet");
+/// assert!(!Greet::IDEMPOTENT && Setting::IDEMPOTENT);
 /// ```
 ///
 /// ```compile_fail
@@ -52,6 +78,12 @@ pub trait Method: 'static {
 #[macro_export]
 macro_rules! method {
     ($(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty) => {
+        $crate::method!(@declare $(#[$doc])* $vis $ty, $name, $req => $resp, false);
+    };
+    ($(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty, idempotent) => {
+        $crate::method!(@declare $(#[$doc])* $vis $ty, $name, $req => $resp, true);
+    };
+    (@declare $(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty, $idempotent:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         $vis struct $ty;
@@ -59,6 +91,7 @@ macro_rules! method {
             const NAME: &'static str = $name;
             type Request = $req;
             type Response = $resp;
+            const IDEMPOTENT: bool = $idempotent;
         }
         const _: () = assert!(
             $crate::is_valid_method_name($name),
