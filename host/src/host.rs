@@ -431,9 +431,7 @@ impl<'a> InFlight<'a> {
     fn finish(&mut self, outcome: Result<(), &CallError>) {
         self.finished = true;
         let elapsed = self.started.elapsed();
-        self.shared
-            .counters
-            .record(&self.method, outcome, elapsed);
+        self.shared.counters.record(&self.method, outcome, elapsed);
         trace_call(self, outcome, elapsed);
     }
 }

@@ -324,6 +324,9 @@ struct MethodTable {
 }
 
 impl MethodTable {
+    // `&Cow`, not `&str`: whether the name is the program's own (`Borrowed`) or given at run
+    // time (`Owned`) decides whether it counts against the cap.
+    #[allow(clippy::ptr_arg)]
     fn record(
         &mut self,
         method: &Cow<'static, str>,
@@ -423,7 +426,9 @@ pub(crate) struct Counters {
 
 impl Counters {
     /// Counts a call's outcome, under its method, with how long it took: atomics for the
-    /// totals, one short lock for the method's entry.
+    /// totals, one short lock for the method's entry. A `Borrowed` name is a `Method::NAME`;
+    /// an `Owned` one was given at run time (see [`MAX_DYNAMIC_METHODS`]).
+    #[allow(clippy::ptr_arg)]
     pub(crate) fn record(
         &self,
         method: &Cow<'static, str>,
@@ -587,7 +592,10 @@ mod tests {
         let stats = counters.snapshot();
         assert_eq!(stats.methods.len(), MAX_DYNAMIC_METHODS + 1);
         assert_eq!(stats.other_methods.ok, 10);
-        assert_eq!(stats.methods["dynamic-0"].ok, MAX_DYNAMIC_METHODS as u64 + 11);
+        assert_eq!(
+            stats.methods["dynamic-0"].ok,
+            MAX_DYNAMIC_METHODS as u64 + 11
+        );
         let typed = &stats.methods["typed"];
         assert_eq!((typed.ok, typed.failed), (0, 1));
         assert_eq!(typed.latency.count(), 0, "a timeout is counted, not timed");

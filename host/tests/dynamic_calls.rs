@@ -148,9 +148,14 @@ async fn a_pool_spreads_dynamic_calls_over_its_workers() {
     for (i, answer) in answers.into_iter().enumerate() {
         assert_eq!(answer, Ok(Value::U64(i as u64)));
     }
-    let per_worker: Vec<u64> = pool.stats().iter().map(|s| s.calls_ok).collect();
+    let stats = pool.stats();
+    let per_worker: Vec<u64> = stats.workers.iter().map(|s| s.calls_ok).collect();
     assert_eq!(per_worker.iter().sum::<u64>(), 8);
     assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    // The total adds the workers up, per method too.
+    assert_eq!(stats.total.calls_ok, 8);
+    let echo = &stats.total.methods[ECHO_VALUE];
+    assert_eq!((echo.ok, echo.latency.count()), (8, 8));
     pool.shutdown().await;
 }
 

@@ -82,7 +82,10 @@ async fn every_call_is_counted_under_its_method_and_only_answered_calls_are_time
     let host = InProcess::new(builtin_worker).await.expect("start");
     assert_eq!(host.call::<Sum>(&vec![1, 2]).await, Ok(3));
     let overflow = host.call::<Sum>(&vec![i64::MAX, 1]).await;
-    assert!(matches!(overflow, Err(CallError::Remote(_))), "{overflow:?}");
+    assert!(
+        matches!(overflow, Err(CallError::Remote(_))),
+        "{overflow:?}"
+    );
     // A sleep that outlives its deadline: the handler honours the cancel and the worker lives.
     let deadline = Instant::now() + Duration::from_millis(30);
     assert_eq!(
@@ -92,7 +95,10 @@ async fn every_call_is_counted_under_its_method_and_only_answered_calls_are_time
     assert_eq!(host.call::<Sleep>(&1).await, Ok(1));
     // A dropped call is counted as cancelled under its method.
     let dropped = tokio::time::timeout(Duration::from_millis(30), host.call::<Sleep>(&5_000));
-    assert!(dropped.await.is_err(), "the call was still running when dropped");
+    assert!(
+        dropped.await.is_err(),
+        "the call was still running when dropped"
+    );
     let request = Value::Str("hi".into());
     assert_eq!(host.call_value(ECHO_VALUE, &request).await, Ok(request));
 

@@ -107,11 +107,14 @@ async fn with_the_option_an_idempotent_neighbour_is_retried_once_on_the_other_wo
         panic!("two workers: {:?}", run.stats);
     };
     let first = &lost_on.methods["sleep"];
-    assert_eq!((first.ok, first.failed), (0, 1), "the first attempt was lost");
+    assert_eq!(
+        (first.ok, first.failed),
+        (0, 1),
+        "the first attempt was lost"
+    );
     assert_eq!(lost_on.calls_failed.worker_lost, 1);
     assert_eq!(
-        retried_on.methods["sleep"].ok,
-        3,
+        retried_on.methods["sleep"].ok, 3,
         "the two busy calls and the retry"
     );
     assert!(

@@ -31,7 +31,10 @@ async fn spawn_handshake_every_call_and_restart_are_traced_at_debug() {
         .expect("spawn");
     assert_eq!(host.call::<Sum>(&vec![1, 2]).await, Ok(3));
     let overflow = host.call::<Sum>(&vec![i64::MAX, 1]).await;
-    assert!(matches!(overflow, Err(CallError::Remote(_))), "{overflow:?}");
+    assert!(
+        matches!(overflow, Err(CallError::Remote(_))),
+        "{overflow:?}"
+    );
     assert_eq!(
         host.call_with_deadline::<Sleep>(&10_000, soon(100)).await,
         Err(CallError::Timeout)
@@ -42,7 +45,11 @@ async fn spawn_handshake_every_call_and_restart_are_traced_at_debug() {
     host.shutdown().await;
 
     let spawns = events.of("airlock::spawn", LABEL);
-    assert_eq!(spawns.len(), 2, "the first worker and its replacement: {spawns:?}");
+    assert_eq!(
+        spawns.len(),
+        2,
+        "the first worker and its replacement: {spawns:?}"
+    );
     for spawn in &spawns {
         assert_eq!(spawn.level, tracing::Level::DEBUG);
         assert_eq!(spawn.field("program"), worker_bin().display().to_string());
@@ -85,7 +92,11 @@ async fn spawn_handshake_every_call_and_restart_are_traced_at_debug() {
         assert_eq!(call.level, tracing::Level::DEBUG);
         duration_us(call);
     }
-    assert_eq!(calls[0].field("error"), "", "a call that succeeded has no error");
+    assert_eq!(
+        calls[0].field("error"),
+        "",
+        "a call that succeeded has no error"
+    );
     assert_eq!(calls[2].field("error"), CallError::Timeout.to_string());
     let timed_out = duration_us(&calls[2]);
     assert!(
