@@ -17,7 +17,7 @@ use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
-use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor};
+use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor, Updates};
 use crate::{CallError, SpawnError};
 
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
@@ -285,26 +285,39 @@ impl Host {
     ) -> Result<T, CallError> {
         // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
         // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
-        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
-        let counters = &self.shared.counters;
-        counters.started.fetch_add(1, Ordering::Relaxed);
-        let mut guard = InFlight::new(&self.shared);
-        let result = self
-            .call_inner::<T>(method, body, decode, deadline, &mut guard)
-            .await;
-        guard.done = true;
-        counters.record(&result.as_ref().map(|_| ()));
-        result
+        self.begin_call(method, body, decode, deadline, None)
+            .finish::<T>()
+            .await
     }
 
-    async fn call_inner<T: 'static>(
+    /// Begins a call (counted in flight from here; dropping the returned handle cancels it).
+    /// `updates` is a streaming call's update channel.
+    pub(crate) fn begin_call(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: Decode,
         deadline: Instant,
+        updates: Option<Updates>,
+    ) -> Begun<'_> {
+        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
+        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
+        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
+        self.shared.counters.started.fetch_add(1, Ordering::Relaxed);
+        let mut guard = InFlight::new(&self.shared);
+        let answer = self.send_call(method, body, decode, deadline, updates, &mut guard);
+        Begun { guard, answer }
+    }
+
+    fn send_call(
+        &self,
+        method: Cow<'static, str>,
+        body: Result<Vec<u8>, CallError>,
+        decode: Decode,
+        deadline: Instant,
+        updates: Option<Updates>,
         guard: &mut InFlight<'_>,
-    ) -> Result<T, CallError> {
+    ) -> Result<oneshot::Receiver<CallReply>, CallError> {
         let body = body?;
         let (reply, answer) = oneshot::channel();
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
@@ -315,6 +328,7 @@ impl Host {
             deadline,
             decode,
             reply,
+            updates,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
         // worker takes calls (a handshake, a restart) the supervisor queues it.
@@ -325,19 +339,7 @@ impl Host {
                 .map_err(|_| CallError::Shutdown)?;
         }
         guard.key = Some(key);
-        // The supervisor enforces the deadline (and kills the worker when it passes). Every
-        // reply sender is answered or dropped when its worker ends or the supervisor stops
-        // driving it, so this wait is bounded without a timer of its own.
-        let reply = answer.await.map_err(|_| CallError::Shutdown)?;
-        guard.key = None;
-        match reply {
-            // Decoded where the supervisor accepted the frame, with this method's decoder.
-            CallReply::Returned(value) => value
-                .downcast::<T>()
-                .map(|value| *value)
-                .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
-            CallReply::Failed(err) => Err(err),
-        }
+        Ok(answer)
     }
 
     /// Shuts the worker down gracefully: `Shutdown`, up to the grace period for calls in
@@ -387,6 +389,45 @@ impl Host {
     }
 }
 
+/// A call on its way: its answer, and the guard that counts it in flight and cancels it if
+/// this is dropped first.
+pub(crate) struct Begun<'a> {
+    guard: InFlight<'a>,
+    answer: Result<oneshot::Receiver<CallReply>, CallError>,
+}
+
+impl Begun<'_> {
+    /// Waits for the call's one outcome and counts it.
+    pub(crate) async fn finish<T: 'static>(mut self) -> Result<T, CallError> {
+        let result = match std::mem::replace(&mut self.answer, Err(CallError::Shutdown)) {
+            Ok(answer) => {
+                // The supervisor enforces the deadline (and kills the worker when it passes).
+                // Every reply sender is answered or dropped when its worker ends or the
+                // supervisor stops driving it, so this wait is bounded without a timer of its
+                // own.
+                let reply = answer.await;
+                self.guard.key = None;
+                match reply {
+                    // Decoded where the frame was accepted, with this method's decoder.
+                    Ok(CallReply::Returned(value)) => value
+                        .downcast::<T>()
+                        .map(|v| *v)
+                        .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
+                    Ok(CallReply::Failed(err)) => Err(err),
+                    Err(_) => Err(CallError::Shutdown),
+                }
+            }
+            Err(err) => Err(err),
+        };
+        self.guard.done = true;
+        self.guard
+            .shared
+            .counters
+            .record(&result.as_ref().map(|_| ()));
+        result
+    }
+}
+
 /// Counts a call in flight, and cancels it if its future is dropped before it finished.
 struct InFlight<'a> {
     shared: &'a Shared,
@@ -428,7 +469,7 @@ impl Drop for InFlight<'_> {
 }
 
 /// The supervisor's decoder for `T`: the non-executing, budgeted codec, boxed for the caller.
-fn decode_response<T>(
+pub(crate) fn decode_response<T>(
     body: &[u8],
     limits: &airlock_codec::Limits,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>

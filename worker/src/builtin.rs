@@ -35,6 +35,10 @@ crate::method!(
     /// Writes the given number of lines to stderr.
     pub StderrFlood, "stderr_flood", u32 => ());
 crate::method!(
+    /// Counts from 1 to `count`, sending each step as a progress update `pause_ms` apart, then
+    /// answers `count`. An update the quota refuses ends the call with a handler error.
+    pub CountTo, "count_to", CountRequest => u32, progress u32);
+crate::method!(
     /// The worker's process id.
     pub Pid, "pid", () => u32);
 crate::method!(
@@ -46,6 +50,15 @@ crate::method!(
 crate::method!(
     /// The worker's working directory.
     pub Cwd, "cwd", () => String);
+
+/// The request of [`CountTo`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CountRequest {
+    /// How far to count.
+    pub count: u32,
+    /// Milliseconds between updates.
+    pub pause_ms: u64,
+}
 
 /// The 64-bit FNV-1a hash: tiny, dependency-free, and enough to check a payload arrived whole.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
@@ -73,6 +86,18 @@ pub fn builtin_worker() -> Worker {
         .method::<Sleep, _, _>(|millis| async move {
             tokio::time::sleep(Duration::from_millis(millis)).await;
             Ok(millis)
+        })
+        .streaming_method::<CountTo, _, _>(|request, mut progress| async move {
+            for step in 1..=request.count {
+                if request.pause_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(request.pause_ms)).await;
+                }
+                progress
+                    .send(&step)
+                    .await
+                    .map_err(|e| HandlerError::new(e.to_string()))?;
+            }
+            Ok(request.count)
         })
         .method::<Fail, _, _>(|message| async move { Err(HandlerError::new(message)) })
         .method::<Panic, _, _>(|message| async move { std::panic::panic_any(message) })

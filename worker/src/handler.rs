@@ -11,6 +11,7 @@ use airlock_protocol::{ErrorKind, Method, RemoteError};
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::progress::{CallContext, Progress};
 use crate::HandlerError;
 
 /// What running one call produces: the encoded response or the error to send.
@@ -21,7 +22,7 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 /// A registered method: takes the raw request body, the decoding budgets and the concurrency
 /// permit (held until the handler has really finished), returns the eventual reply.
 pub(crate) type ErasedHandler =
-    Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit) -> BoxFuture + Send + Sync>;
+    Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit, CallContext) -> BoxFuture + Send + Sync>;
 
 /// How a method's bodies cross the wire: how its request is decoded and its response encoded.
 pub(crate) trait Bodies: 'static {
@@ -84,7 +85,11 @@ where
 {
     let handler = Arc::new(handler);
     Arc::new(
-        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let _permit = permit;
@@ -93,6 +98,31 @@ where
                 // own from its first poll, so its decoding does not stall other calls.
                 let request = B::decode(&body, &limits).map_err(bad_request)?;
                 encode_response::<B>(handler(request).await)
+            })
+        },
+    )
+}
+
+/// Wraps an async handler of the streaming method `M`, which also gets the call's
+/// [`Progress`] sender.
+pub(crate) fn erase_streaming<M, F, Fut>(handler: F) -> ErasedHandler
+where
+    M: airlock_protocol::Streaming,
+    F: Fn(M::Request, Progress<M::Progress>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              context: CallContext|
+              -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let _permit = permit;
+                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
+                encode_response::<Typed<M>>(handler(request, Progress::new(context)).await)
             })
         },
     )
@@ -108,7 +138,11 @@ where
 {
     let handler = Arc::new(handler);
     Arc::new(
-        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let request = B::decode(&body, &limits).map_err(bad_request)?;

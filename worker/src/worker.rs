@@ -6,7 +6,7 @@ use std::future::Future;
 use airlock_protocol::transport::Transport;
 use airlock_protocol::{is_valid_method_name, Method, WorkerConfig};
 
-use crate::handler::{erase_async, erase_blocking, Dynamic, ErasedHandler, Typed};
+use crate::handler::{erase_async, erase_blocking, erase_streaming, Dynamic, ErasedHandler, Typed};
 use crate::serve::{serve_on, ServeSpec};
 use crate::{HandlerError, ServeError};
 
@@ -141,6 +141,35 @@ impl Worker {
         F: Fn(M::Request) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
     {
         self.register(M::NAME, erase_blocking::<Typed<M>, F>(handler))
+    }
+
+    /// Registers an async handler for the [`Streaming`](airlock_protocol::Streaming) method
+    /// `M`: it also gets a [`Progress`](crate::Progress) sender whose updates reach the host,
+    /// in order, before the call's answer (`Host::call_streaming` yields them). Runs like
+    /// [`method`](Self::method)'s handlers.
+    ///
+    /// ```
+    /// use airlock_worker::{method, Worker};
+    /// method!(pub CountTo, "count_to", u32 => u32, progress u32);
+    /// let worker = Worker::new().streaming_method::<CountTo, _, _>(|n, mut progress| async move {
+    ///     for step in 1..=n {
+    ///         progress
+    ///             .send(&step)
+    ///             .await
+    ///             .map_err(|e| airlock_worker::HandlerError::new(e.to_string()))?;
+    ///     }
+    ///     Ok(n)
+    /// });
+    /// assert_eq!(worker.method_names(), ["count_to"]);
+    /// ```
+    #[must_use]
+    pub fn streaming_method<M, F, Fut>(self, handler: F) -> Self
+    where
+        M: airlock_protocol::Streaming,
+        F: Fn(M::Request, crate::Progress<M::Progress>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+    {
+        self.register(M::NAME, erase_streaming::<M, F, Fut>(handler))
     }
 
     fn register(mut self, name: &str, handler: ErasedHandler) -> Self {
