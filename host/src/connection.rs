@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::{FrameReceiver, Outgoing};
 use airlock_protocol::{
@@ -522,9 +522,14 @@ pub(crate) async fn read_frames(
     generation: u64,
     mut raise: oneshot::Receiver<u32>,
     limits: airlock_codec::Limits,
+    spin: Option<Duration>,
 ) {
     let mut raised = false;
+    // Low-latency mode: after each frame, poll for the next one until the window closes
+    // instead of sleeping until it arrives (`HostBuilder::low_latency`).
+    let mut spin_until: Option<Instant> = None;
     loop {
+        let spinning = spin_until.is_some_and(|until| Instant::now() < until);
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -535,7 +540,9 @@ pub(crate) async fn read_frames(
                 continue;
             }
             item = receiver.recv() => item,
+            () = tokio::task::yield_now(), if spinning => continue,
         };
+        spin_until = spin.map(|window| Instant::now() + window);
         let last = !matches!(item, Ok(Some(_)));
         let settled = {
             let mut guard = live.lock();

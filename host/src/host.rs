@@ -121,6 +121,23 @@ impl HostBuilder {
         self
     }
 
+    /// Opt-in low-latency mode: after each message, the host's reader and the worker spin for
+    /// up to `window` (polling their channel instead of sleeping) before they block, so an
+    /// answer that comes within it is seen without a wake-up. Off by default. At most
+    /// [`MAX_SPIN`](airlock_protocol::spin::MAX_SPIN) (10 ms; more fails the spawn with
+    /// `ConfigError::SpinTooLong`); 20–100 µs covers a worker's turnaround for small calls.
+    ///
+    /// Cost: each side keeps a CPU busy for up to `window` after every message (at 10,000
+    /// calls/s a 50 µs window is half a CPU on each side). Each side turns it off by itself
+    /// when it may run on one CPU only, where spinning would only delay its peer. A worker
+    /// learns the window from `AIRLOCK_SPIN_MICROS` in its environment (`PROTOCOL.md`); one
+    /// not built on `airlock-worker` may ignore it.
+    #[must_use]
+    pub fn low_latency(mut self, window: Duration) -> Self {
+        self.settings.low_latency = Some(window);
+        self
+    }
+
     /// The name logs use for this worker. Default: the program's file name.
     #[must_use]
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -143,6 +160,12 @@ impl HostBuilder {
         if settings.confinement.is_confined() {
             let program = crate::confinement::resolve_program(&settings.program, &settings.env)?;
             settings.confinement.pin(program)?;
+        }
+        if let Some(window) = airlock_protocol::spin::effective_window(settings.low_latency) {
+            settings.env.push((
+                airlock_protocol::spin::SPIN_ENV.into(),
+                window.as_micros().to_string().into(),
+            ));
         }
         Host::start(settings, Launcher::Process).await
     }

@@ -374,6 +374,7 @@ impl Supervisor {
             self.generation,
             raise_rx,
             limits,
+            airlock_protocol::spin::effective_window(self.settings.low_latency),
         ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 

@@ -58,6 +58,7 @@ mod limits;
 mod method;
 mod remote_error;
 mod session;
+pub mod spin;
 pub mod transport;
 
 pub use error::{

@@ -41,6 +41,8 @@ pub(crate) struct ServeSpec {
     /// Budgets for decoding requests; `None`: the default budgets, with bytes and lengths
     /// raised to the host's `max_frame` once it is known.
     pub(crate) limits: Option<Limits>,
+    /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
+    pub(crate) spin: Option<std::time::Duration>,
 }
 
 pub(crate) async fn serve_on<T: Transport>(
@@ -55,6 +57,9 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut calls = Calls::new(spec.methods, spec.max_concurrency, updates);
     let chosen = spec.limits;
     let mut limits = chosen.unwrap_or_default();
+    let spin = spec.spin;
+    // Spinning runs from the last input until the window closes.
+    let mut spin_until: Option<std::time::Instant> = None;
     let outcome = loop {
         // Apply what the session decided (which may answer calls inline), then write
         // everything it produced in one batch, before waiting for more input.
@@ -78,9 +83,14 @@ pub(crate) async fn serve_on<T: Transport>(
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
+        let spinning = spin_until.is_some_and(|until| std::time::Instant::now() < until);
         tokio::select! {
+            biased;
             incoming = receiver.recv() => match incoming {
-                Ok(Some(frame)) => session.handle_frame(frame),
+                Ok(Some(frame)) => {
+                    spin_until = spin.map(|window| std::time::Instant::now() + window);
+                    session.handle_frame(frame)
+                }
                 // End of stream, or a stream the host broke: either way the host is gone.
                 Ok(None) | Err(TransportError::Frame(_)) => session.handle_eof(),
                 Err(err) => break Err(ServeError::Connection(err)),
@@ -89,6 +99,9 @@ pub(crate) async fn serve_on<T: Transport>(
                 answer(&mut session, id, reply, &mut pending_updates);
             }
             Some((id, body)) = pending_updates.recv() => send_update(&mut session, id, body),
+            // Low-latency mode: nothing is ready yet; go round again instead of sleeping, so
+            // the runtime polls the channel without a wake-up, until the window closes.
+            () = tokio::task::yield_now(), if spinning => continue,
             written = outgoing.finish() => if let Err(err) = written {
                 break Err(ServeError::Connection(err));
             },

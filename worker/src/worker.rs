@@ -209,6 +209,7 @@ impl Worker {
             methods: self.methods,
             max_concurrency: self.max_concurrency,
             limits: self.limits,
+            spin: None,
         })
     }
 
@@ -239,7 +240,10 @@ impl Worker {
         transport: T,
         token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     ) -> Result<(), ServeError> {
-        serve_on(self.into_spec(token)?, transport).await
+        let mut spec = self.into_spec(token)?;
+        // A process worker spins only if its host asked for it (and it has CPUs to spare).
+        spec.spin = airlock_protocol::spin::window_from_env();
+        serve_on(spec, transport).await
     }
 
     /// [`serve`](Self::serve) on a single-threaded runtime of its own, for binaries that have
