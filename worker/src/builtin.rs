@@ -39,6 +39,13 @@ crate::method!(
     /// answers `count`. An update the quota refuses ends the call with a handler error.
     pub CountTo, "count_to", CountRequest => u32, progress u32);
 crate::method!(
+    /// A blocking handler that works (sleeps in 1 ms steps) for up to the given milliseconds
+    /// and stops early when its call is cancelled; answers the milliseconds worked.
+    pub Crunch, "crunch", u64 => u64);
+crate::method!(
+    /// How many `crunch` handlers have stopped early because their call was cancelled.
+    pub CrunchesCancelled, "crunches_cancelled", () => u64);
+crate::method!(
     /// The worker's process id.
     pub Pid, "pid", () => u32);
 crate::method!(
@@ -71,6 +78,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// request unchanged (both in the `Value` encoding, for `Host::call_value`).
 pub const ECHO_VALUE: &str = "echo_value";
 
+/// `crunch` handlers that saw their token cancelled, in this process.
+static CRUNCHES_CANCELLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A worker serving every built-in method.
 pub fn builtin_worker() -> Worker {
     Worker::new()
@@ -98,6 +108,19 @@ pub fn builtin_worker() -> Worker {
                     .map_err(|e| HandlerError::new(e.to_string()))?;
             }
             Ok(request.count)
+        })
+        .cancellable_blocking_method::<Crunch, _>(|millis, cancel| {
+            for worked in 0..millis {
+                if cancel.is_cancelled() {
+                    CRUNCHES_CANCELLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Err(HandlerError::new(format!("cancelled after {worked} ms")));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(millis)
+        })
+        .method::<CrunchesCancelled, _, _>(|()| async move {
+            Ok(CRUNCHES_CANCELLED.load(std::sync::atomic::Ordering::Relaxed))
         })
         .method::<Fail, _, _>(|message| async move { Err(HandlerError::new(message)) })
         .method::<Panic, _, _>(|message| async move { std::panic::panic_any(message) })

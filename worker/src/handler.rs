@@ -103,6 +103,78 @@ where
     )
 }
 
+/// Wraps a blocking handler that also gets the call's [`CancelToken`]. The token is cancelled
+/// when the call's future is dropped: the host cancelled the call (or its deadline passed and
+/// the host sent `Cancel`), and the serving loop aborted the call's task. The handler can then
+/// stop early instead of running to its end on its thread.
+pub(crate) fn erase_cancellable_blocking<M, F>(handler: F) -> ErasedHandler
+where
+    M: Method,
+    F: Fn(M::Request, &CancelToken) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
+                let token = CancelToken::default();
+                // Cancels the token when this future goes, however it goes.
+                let _cancel_on_drop = CancelOnDrop(token.clone());
+                let run = move || {
+                    let _permit = permit;
+                    encode_response::<Typed<M>>(handler(request, &token))
+                };
+                join_blocking(tokio::task::spawn_blocking(run).await)
+            })
+        },
+    )
+}
+
+/// Whether the host still wants a blocking handler's result (see
+/// [`Worker::cancellable_blocking_method`](crate::Worker::cancellable_blocking_method)).
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<std::sync::atomic::AtomicBool>);
+
+impl CancelToken {
+    /// True once the host has cancelled the call (its answer will be discarded): stop and
+    /// return any error.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A blocking handler's outcome: a panic is resumed here, so the serving loop reports it the
+/// same way as an async handler's panic.
+fn join_blocking(joined: Result<Reply, tokio::task::JoinError>) -> Reply {
+    match joined {
+        Ok(reply) => reply,
+        Err(join) => match join.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            Err(_) => Err(RemoteError::new(
+                ErrorKind::Internal,
+                "runtime shutting down",
+            )),
+        },
+    }
+}
+
 /// Wraps an async handler of the streaming method `M`, which also gets the call's
 /// [`Progress`] sender.
 pub(crate) fn erase_streaming<M, F, Fut>(handler: F) -> ErasedHandler
@@ -152,18 +224,7 @@ where
                     let _permit = permit;
                     encode_response::<B>(handler(request))
                 };
-                match tokio::task::spawn_blocking(run).await {
-                    Ok(reply) => reply,
-                    // A panic in the blocking handler: resume it here so the serving loop reports
-                    // it the same way as an async handler's panic.
-                    Err(join) => match join.try_into_panic() {
-                        Ok(payload) => std::panic::resume_unwind(payload),
-                        Err(_) => Err(RemoteError::new(
-                            ErrorKind::Internal,
-                            "runtime shutting down",
-                        )),
-                    },
-                }
+                join_blocking(tokio::task::spawn_blocking(run).await)
             })
         },
     )

@@ -50,6 +50,7 @@ mod serve;
 mod worker;
 
 pub use error::{HandlerError, ProgressError, ServeError};
+pub use handler::CancelToken;
 pub use progress::Progress;
 pub use worker::{Worker, DEFAULT_MAX_CONCURRENCY};
 

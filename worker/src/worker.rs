@@ -6,7 +6,10 @@ use std::future::Future;
 use airlock_protocol::transport::Transport;
 use airlock_protocol::{is_valid_method_name, Method, WorkerConfig};
 
-use crate::handler::{erase_async, erase_blocking, erase_streaming, Dynamic, ErasedHandler, Typed};
+use crate::handler::{
+    erase_async, erase_blocking, erase_cancellable_blocking, erase_streaming, Dynamic,
+    ErasedHandler, Typed,
+};
 use crate::serve::{serve_on, ServeSpec};
 use crate::{HandlerError, ServeError};
 
@@ -170,6 +173,39 @@ impl Worker {
         Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
     {
         self.register(M::NAME, erase_streaming::<M, F, Fut>(handler))
+    }
+
+    /// Registers a blocking handler for `M` that can stop early: it gets a
+    /// [`CancelToken`](crate::CancelToken) that is cancelled when the host cancels the call or
+    /// its deadline passes. A plain [`blocking_method`](Self::blocking_method)'s call is
+    /// answered `Cancelled` at once too, but its handler runs to its end on its thread,
+    /// holding a concurrency slot; this one can return as soon as it sees the token.
+    ///
+    /// ```
+    /// use airlock_worker::{method, HandlerError, Worker};
+    /// method!(pub Crunch, "crunch", u64 => u64);
+    /// let worker = Worker::new().cancellable_blocking_method::<Crunch, _>(|rounds, cancel| {
+    ///     let mut acc = 0u64;
+    ///     for round in 0..rounds {
+    ///         if cancel.is_cancelled() {
+    ///             return Err(HandlerError::new("cancelled"));
+    ///         }
+    ///         acc = acc.wrapping_mul(31).wrapping_add(round);
+    ///     }
+    ///     Ok(acc)
+    /// });
+    /// assert_eq!(worker.method_names(), ["crunch"]);
+    /// ```
+    #[must_use]
+    pub fn cancellable_blocking_method<M, F>(self, handler: F) -> Self
+    where
+        M: Method,
+        F: Fn(M::Request, &crate::CancelToken) -> Result<M::Response, HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register(M::NAME, erase_cancellable_blocking::<M, F>(handler))
     }
 
     fn register(mut self, name: &str, handler: ErasedHandler) -> Self {
