@@ -110,6 +110,8 @@ pub(crate) struct Settings {
     pub(crate) stderr: StderrPolicy,
     pub(crate) label: String,
     pub(crate) confinement: crate::Confinement,
+    /// The low-latency spin window asked for (`HostBuilder::low_latency`).
+    pub(crate) low_latency: Option<Duration>,
 }
 
 impl Settings {
@@ -125,6 +127,12 @@ impl Settings {
 
     /// Refuses durations that could overflow a deadline computed from them.
     pub(crate) fn validate(&self) -> Result<(), airlock_protocol::ConfigError> {
+        if let Some(window) = self
+            .low_latency
+            .filter(|w| *w > airlock_protocol::spin::MAX_SPIN)
+        {
+            return Err(airlock_protocol::ConfigError::SpinTooLong(window));
+        }
         let restart = &self.restart;
         for timeout in [
             self.call_timeout,
@@ -159,6 +167,7 @@ impl Settings {
             stderr: StderrPolicy::default(),
             label,
             confinement: crate::Confinement::strict(),
+            low_latency: None,
         }
     }
 }

@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::{FrameReceiver, Outgoing};
 use airlock_protocol::{
@@ -41,7 +41,7 @@ use bytes::Bytes;
 use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{oneshot, Notify};
 
-use crate::supervisor::{CallReply, CallRequest, Decode};
+use crate::supervisor::{CallReply, CallRequest, Decode, Updates};
 use crate::{CallError, LostReason};
 
 /// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
@@ -168,6 +168,8 @@ pub(crate) struct Settled {
     returned: Option<Returned>,
     /// Any further responses (none in a reader's turn; kept for completeness).
     more: Vec<Returned>,
+    /// Progress updates for streaming calls, to decode and deliver.
+    updates: Vec<(Updates, Bytes)>,
     /// Frames this party must write: it became the wire's writer.
     write: Option<(Arc<Wire>, Vec<Transmit>)>,
 }
@@ -188,6 +190,7 @@ impl Settled {
             returned,
             more,
             write,
+            updates: _,
         } = self;
         if let Some((wire, batch)) = write {
             if by != Party::Supervisor && wire.direct {
@@ -261,9 +264,14 @@ impl Core {
                     self.events.push(Event::Closed(reason));
                     settled.wake = true;
                 }
-                // Updates are not delivered by this API; the session has counted them
-                // against the call's quota.
-                Event::Progress { .. } => {}
+                // Delivered to a streaming call's caller (decoded by the reader, outside the
+                // lock); dropped for a call that does not stream. The session has counted them
+                // against the call's quota either way.
+                Event::Progress { id, body } => {
+                    if let Some(updates) = self.link.updates_of(&id) {
+                        settled.updates.push((updates, body));
+                    }
+                }
                 other => {
                     self.events.push(other);
                     settled.wake = true;
@@ -288,10 +296,19 @@ impl Core {
     }
 }
 
+/// What a call's caller waits on.
+struct Responder {
+    key: u64,
+    decode: Decode,
+    reply: oneshot::Sender<CallReply>,
+    /// A streaming call's update channel.
+    updates: Option<Updates>,
+}
+
 /// The calls on the current worker and their callers.
 #[derive(Default)]
 pub(crate) struct Link {
-    responders: HashMap<CallId, (u64, Decode, oneshot::Sender<CallReply>), BuildIdHasher>,
+    responders: HashMap<CallId, Responder, BuildIdHasher>,
     pub(crate) keys: HashMap<u64, CallId, BuildIdHasher>,
     /// Calls lost when the session closed, answered once the worker is reaped, so a caller
     /// that sees `WorkerLost` knows the worker is already dead.
@@ -314,8 +331,13 @@ impl Link {
         match session.begin_call(call.method, call.body, call.deadline, &mut rng) {
             Ok(id) => {
                 self.keys.insert(call.key, id);
-                self.responders
-                    .insert(id, (call.key, call.decode, call.reply));
+                let responder = Responder {
+                    key: call.key,
+                    decode: call.decode,
+                    reply: call.reply,
+                    updates: call.updates,
+                };
+                self.responders.insert(id, responder);
             }
             Err(err) => fail(
                 call.reply,
@@ -334,6 +356,11 @@ impl Link {
         }
     }
 
+    /// Where an update for call `id` goes: its caller's channel, if it streams.
+    fn updates_of(&self, id: &CallId) -> Option<Updates> {
+        self.responders.get(id)?.updates.clone()
+    }
+
     fn answer_timed_out(&mut self) {
         for reply in self.timed_out.drain(..) {
             let _ = reply.send(CallReply::Failed(CallError::Timeout));
@@ -342,7 +369,9 @@ impl Link {
 
     /// Answers a completed call, except a response, which is handed back to be decoded.
     fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
-        let (key, decode, reply) = self.responders.remove(&id)?;
+        let Responder {
+            key, decode, reply, ..
+        } = self.responders.remove(&id)?;
         self.keys.remove(&key);
         let answer = match outcome {
             Outcome::Returned(body) => {
@@ -375,7 +404,7 @@ impl Link {
     /// Answers every call still on the worker, once it is reaped.
     pub(crate) fn fail_all(&mut self, reason: &LostReason) {
         self.answer_timed_out();
-        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        let remaining = self.responders.drain().map(|(_, r)| r.reply);
         for reply in self.lost.drain(..).chain(remaining) {
             let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
         }
@@ -384,7 +413,7 @@ impl Link {
 
     /// Answers every call with `err` (the host itself is gone).
     pub(crate) fn fail_all_with(&mut self, err: &CallError) {
-        let remaining = self.responders.drain().map(|(_, (_, _, reply))| reply);
+        let remaining = self.responders.drain().map(|(_, r)| r.reply);
         let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
         for reply in replies.chain(remaining) {
             let _ = reply.send(CallReply::Failed(err.clone()));
@@ -433,6 +462,32 @@ fn deliver(
     lied
 }
 
+/// Decodes and delivers a streaming call's updates, in order, before the reader takes the
+/// worker's next frame (so every update is with its caller before the call's answer). An
+/// update that does not decode is a lie: the worker is cut off (false is returned). Waits while
+/// a caller's channel is full: the worker's other frames wait with it, bounded by the
+/// deadlines, which the supervisor keeps.
+async fn deliver_updates(
+    live: &Live,
+    generation: u64,
+    updates: Vec<(Updates, Bytes)>,
+    limits: &airlock_codec::Limits,
+) -> bool {
+    for (updates, body) in updates {
+        match (updates.decode)(&body, limits) {
+            // A caller that dropped its stream takes no more updates: nothing to do.
+            Ok(update) => {
+                let _ = updates.sender.send(update).await;
+            }
+            Err(_) => {
+                cut_off_liar(live, generation);
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// A response did not decode: the worker lied, and its session ends before anything else of
 /// it is accepted.
 fn cut_off_liar(live: &Live, generation: u64) {
@@ -467,9 +522,14 @@ pub(crate) async fn read_frames(
     generation: u64,
     mut raise: oneshot::Receiver<u32>,
     limits: airlock_codec::Limits,
+    spin: Option<Duration>,
 ) {
     let mut raised = false;
+    // Low-latency mode: after each frame, poll for the next one until the window closes
+    // instead of sleeping until it arrives (`HostBuilder::low_latency`).
+    let mut spin_until: Option<Instant> = None;
     loop {
+        let spinning = spin_until.is_some_and(|until| Instant::now() < until);
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -480,7 +540,9 @@ pub(crate) async fn read_frames(
                 continue;
             }
             item = receiver.recv() => item,
+            () = tokio::task::yield_now(), if spinning => continue,
         };
+        spin_until = spin.map(|window| Instant::now() + window);
         let last = !matches!(item, Ok(Some(_)));
         let settled = {
             let mut guard = live.lock();
@@ -507,7 +569,12 @@ pub(crate) async fn read_frames(
             }
             core.settle()
         };
+        let mut settled = settled;
+        let updates = std::mem::take(&mut settled.updates);
         if settled.finish(&live, Party::Reader, Some((&limits, generation))) || last {
+            return;
+        }
+        if !deliver_updates(&live, generation, updates, &limits).await {
             return;
         }
     }

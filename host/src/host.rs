@@ -17,7 +17,7 @@ use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
 use crate::stats::{Counters, HostStats};
-use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor};
+use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor, Updates};
 use crate::{CallError, SpawnError};
 
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
@@ -121,6 +121,23 @@ impl HostBuilder {
         self
     }
 
+    /// Opt-in low-latency mode: after each message, the host's reader and the worker spin for
+    /// up to `window` (polling their channel instead of sleeping) before they block, so an
+    /// answer that comes within it is seen without a wake-up. Off by default. At most
+    /// [`MAX_SPIN`](airlock_protocol::spin::MAX_SPIN) (10 ms; more fails the spawn with
+    /// `ConfigError::SpinTooLong`); 20–100 µs covers a worker's turnaround for small calls.
+    ///
+    /// Cost: each side keeps a CPU busy for up to `window` after every message (at 10,000
+    /// calls/s a 50 µs window is half a CPU on each side). Each side turns it off by itself
+    /// when it may run on one CPU only, where spinning would only delay its peer. A worker
+    /// learns the window from `AIRLOCK_SPIN_MICROS` in its environment (`PROTOCOL.md`); one
+    /// not built on `airlock-worker` may ignore it.
+    #[must_use]
+    pub fn low_latency(mut self, window: Duration) -> Self {
+        self.settings.low_latency = Some(window);
+        self
+    }
+
     /// The name logs use for this worker. Default: the program's file name.
     #[must_use]
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -143,6 +160,12 @@ impl HostBuilder {
         if settings.confinement.is_confined() {
             let program = crate::confinement::resolve_program(&settings.program, &settings.env)?;
             settings.confinement.pin(program)?;
+        }
+        if let Some(window) = airlock_protocol::spin::effective_window(settings.low_latency) {
+            settings.env.push((
+                airlock_protocol::spin::SPIN_ENV.into(),
+                window.as_micros().to_string().into(),
+            ));
         }
         Host::start(settings, Launcher::Process).await
     }
@@ -288,28 +311,44 @@ impl Host {
     ) -> Result<T, CallError> {
         // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
         // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
+        self.begin_call(method, body, decode, deadline, None)
+            .finish::<T>()
+            .await
+    }
+
+    /// Begins a call (counted in flight from here; dropping the returned handle cancels it).
+    /// `updates` is a streaming call's update channel.
+    pub(crate) fn begin_call(
+        &self,
+        method: Cow<'static, str>,
+        body: Result<Vec<u8>, CallError>,
+        decode: Decode,
+        deadline: Instant,
+        updates: Option<Updates>,
+    ) -> Begun<'_> {
+        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
+        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
         let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
         self.shared.counters.started.fetch_add(1, Ordering::Relaxed);
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         // The guard keeps the method's name for the stats: a copy only for a name given at
         // run time; a typed call's name is a `&'static str`.
         let mut guard = InFlight::new(&self.shared, method.clone(), key);
-        let result = self
-            .call_inner::<T>(method, body, decode, deadline, key, &mut guard)
-            .await;
-        guard.finish(result.as_ref().map(|_| ()));
-        result
+        let answer = self.send_call(method, body, decode, deadline, updates, key, &mut guard);
+        Begun { guard, answer }
     }
 
-    async fn call_inner<T: 'static>(
+    #[allow(clippy::too_many_arguments)]
+    fn send_call(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: Decode,
         deadline: Instant,
+        updates: Option<Updates>,
         key: u64,
         guard: &mut InFlight<'_>,
-    ) -> Result<T, CallError> {
+    ) -> Result<oneshot::Receiver<CallReply>, CallError> {
         let body = body?;
         let (reply, answer) = oneshot::channel();
         let call = CallRequest {
@@ -319,6 +358,7 @@ impl Host {
             deadline,
             decode,
             reply,
+            updates,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
         // worker takes calls (a handshake, a restart) the supervisor queues it.
@@ -329,19 +369,7 @@ impl Host {
                 .map_err(|_| CallError::Shutdown)?;
         }
         guard.registered = true;
-        // The supervisor enforces the deadline (and kills the worker when it passes). Every
-        // reply sender is answered or dropped when its worker ends or the supervisor stops
-        // driving it, so this wait is bounded without a timer of its own.
-        let reply = answer.await.map_err(|_| CallError::Shutdown)?;
-        guard.registered = false;
-        match reply {
-            // Decoded where the supervisor accepted the frame, with this method's decoder.
-            CallReply::Returned(value) => value
-                .downcast::<T>()
-                .map(|value| *value)
-                .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
-            CallReply::Failed(err) => Err(err),
-        }
+        Ok(answer)
     }
 
     /// Shuts the worker down gracefully: `Shutdown`, up to the grace period for calls in
@@ -398,6 +426,41 @@ impl Host {
     /// verified to run under.
     pub fn worker_info(&self) -> &WorkerInfo {
         &self.shared.worker
+    }
+}
+
+/// A call on its way: its answer, and the guard that counts it in flight and cancels it if
+/// this is dropped first.
+pub(crate) struct Begun<'a> {
+    guard: InFlight<'a>,
+    answer: Result<oneshot::Receiver<CallReply>, CallError>,
+}
+
+impl Begun<'_> {
+    /// Waits for the call's one outcome and counts it.
+    pub(crate) async fn finish<T: 'static>(mut self) -> Result<T, CallError> {
+        let result = match std::mem::replace(&mut self.answer, Err(CallError::Shutdown)) {
+            Ok(answer) => {
+                // The supervisor enforces the deadline (and kills the worker when it passes).
+                // Every reply sender is answered or dropped when its worker ends or the
+                // supervisor stops driving it, so this wait is bounded without a timer of its
+                // own.
+                let reply = answer.await;
+                self.guard.registered = false;
+                match reply {
+                    // Decoded where the frame was accepted, with this method's decoder.
+                    Ok(CallReply::Returned(value)) => value
+                        .downcast::<T>()
+                        .map(|v| *v)
+                        .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
+                    Ok(CallReply::Failed(err)) => Err(err),
+                    Err(_) => Err(CallError::Shutdown),
+                }
+            }
+            Err(err) => Err(err),
+        };
+        self.guard.finish(result.as_ref().map(|_| ()));
+        result
     }
 }
 
@@ -485,7 +548,7 @@ fn trace_call(call: &InFlight<'_>, outcome: Result<(), &CallError>, elapsed: Dur
 }
 
 /// The supervisor's decoder for `T`: the non-executing, budgeted codec, boxed for the caller.
-fn decode_response<T>(
+pub(crate) fn decode_response<T>(
     body: &[u8],
     limits: &airlock_codec::Limits,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>

@@ -82,6 +82,7 @@ mod spawn;
 mod spawner;
 mod stats;
 mod stderr;
+mod streaming;
 mod supervisor;
 mod sys;
 
@@ -98,10 +99,12 @@ pub use in_process::InProcess;
 pub use info::WorkerInfo;
 pub use pool::{Pool, PoolBuilder, PoolStats};
 pub use stats::{FailureCounts, HostStats, LatencyHistogram, MethodStats, MAX_DYNAMIC_METHODS};
+pub use streaming::CallStream;
 
 // Everything a host program names, so `airlock-host` is its one airlock dependency.
 pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};
 pub use airlock_protocol::{
     is_valid_method_name, method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
-    RemoteError, Violation, ViolationCode, DEFAULT_CANCEL_GRACE, MAX_TIMEOUT, PROTOCOL_VERSION,
+    RemoteError, Streaming, Violation, ViolationCode, DEFAULT_CANCEL_GRACE, MAX_TIMEOUT,
+    PROTOCOL_VERSION,
 };

@@ -234,6 +234,10 @@ pub enum ConfigError {
     /// `max_in_flight` must be 1 to [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT).
     #[error("max_in_flight {0} is outside 1..={max}", max = crate::MAX_IN_FLIGHT)]
     InFlightOutOfRange(u32),
+    /// A low-latency spin window over [`MAX_SPIN`](crate::spin::MAX_SPIN)
+    /// (`HostBuilder::low_latency`).
+    #[error("spin window of {0:?} exceeds the maximum of {max:?} (HostBuilder::low_latency)", max = crate::spin::MAX_SPIN)]
+    SpinTooLong(core::time::Duration),
 }
 
 /// A transport failed. The session treats it as the end of the connection.

@@ -58,6 +58,7 @@ mod limits;
 mod method;
 mod remote_error;
 mod session;
+pub mod spin;
 pub mod transport;
 
 pub use error::{
@@ -74,7 +75,7 @@ pub use limits::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PROGRESS_PER_CALL, DEFAULT_SEND_TIMEOUT,
     HANDSHAKE_MAX_FRAME, MAX_IN_FLIGHT, MAX_TIMEOUT, MIN_MAX_FRAME,
 };
-pub use method::{is_valid_method_name, Method, MethodName, MAX_METHOD_NAME};
+pub use method::{is_valid_method_name, Method, MethodName, Streaming, MAX_METHOD_NAME};
 pub use remote_error::{ErrorKind, RemoteError, MAX_ERROR_MESSAGE};
 pub use session::host::{Event, HostSession, Outcome};
 pub use session::worker::{WorkerConfig, WorkerEvent, WorkerSession};

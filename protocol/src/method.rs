@@ -54,9 +54,32 @@ pub trait Method: 'static {
     const IDEMPOTENT: bool = false;
 }
 
+/// A [`Method`] whose worker sends typed updates (`Progress` frames) before its answer: a
+/// progress bar, partial results, log lines.
+///
+/// The host decodes each update with the same budgeted codec as a response, where its frame is
+/// accepted; an update that does not decode is a lie that ends the worker. At most
+/// `max_progress_per_call` updates per call are accepted (one more is a violation).
+///
+/// ```
+/// airlock_protocol::method!(
+///     /// Counts to a number, reporting each step.
+///     pub CountTo, "count_to", u32 => u32, progress u32
+/// );
+/// fn progress_type<M: airlock_protocol::Streaming>() -> &'static str {
+///     core::any::type_name::<M::Progress>()
+/// }
+/// assert_eq!(progress_type::<CountTo>(), "u32");
+/// ```
+pub trait Streaming: Method {
+    /// What each update carries. Plain data, like [`Method::Response`].
+    type Progress: Serialize + DeserializeOwned + Send + Sync + 'static;
+}
+
 /// Declares a [`Method`] in one line, in a crate both sides share: a unit struct named `$ty`
 /// whose wire name is `$name`, with its request and response types. An invalid name fails the
-/// build. A trailing `, idempotent` declares it safe to run twice ([`Method::IDEMPOTENT`]).
+/// build. A trailing `, idempotent` declares it safe to run twice ([`Method::IDEMPOTENT`]);
+/// a trailing `, progress $p` makes it a [`Streaming`] method whose updates are `$p`.
 ///
 /// ```
 /// airlock_protocol::method!(
@@ -77,6 +100,12 @@ pub trait Method: 'static {
 /// ```
 #[macro_export]
 macro_rules! method {
+    ($(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty, progress $prog:ty) => {
+        $crate::method!($(#[$doc])* $vis $ty, $name, $req => $resp);
+        impl $crate::Streaming for $ty {
+            type Progress = $prog;
+        }
+    };
     ($(#[$doc:meta])* $vis:vis $ty:ident, $name:literal, $req:ty => $resp:ty) => {
         $crate::method!(@declare $(#[$doc])* $vis $ty, $name, $req => $resp, false);
     };

@@ -166,3 +166,31 @@ async fn a_handler_that_honours_the_cancel_keeps_its_worker_and_its_neighbours()
         host.shutdown().await;
     }
 }
+
+/// A blocking handler cannot be dropped like an async one; one registered with
+/// `cancellable_blocking_method` sees its token cancelled when its call times out and stops,
+/// instead of running out its ten seconds on its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_handler_that_checks_its_token_stops_when_its_call_times_out() {
+    use airlock_worker::builtin::{Crunch, CrunchesCancelled};
+    let host = Host::builder(worker_bin()).spawn().await.expect("spawn");
+    assert_eq!(host.call::<CrunchesCancelled>(&()).await, Ok(0));
+    let deadline = Instant::now() + Duration::from_millis(100);
+    assert_eq!(
+        host.call_with_deadline::<Crunch>(&10_000, deadline).await,
+        Err(CallError::Timeout)
+    );
+    let started = Instant::now();
+    loop {
+        if host.call::<CrunchesCancelled>(&()).await == Ok(1) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the handler never saw its token cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(host.stats().restarts, 0, "the worker was never killed");
+    host.shutdown().await;
+}

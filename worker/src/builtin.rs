@@ -35,6 +35,17 @@ crate::method!(
     /// Writes the given number of lines to stderr.
     pub StderrFlood, "stderr_flood", u32 => ());
 crate::method!(
+    /// Counts from 1 to `count`, sending each step as a progress update `pause_ms` apart, then
+    /// answers `count`. An update the quota refuses ends the call with a handler error.
+    pub CountTo, "count_to", CountRequest => u32, progress u32);
+crate::method!(
+    /// A blocking handler that works (sleeps in 1 ms steps) for up to the given milliseconds
+    /// and stops early when its call is cancelled; answers the milliseconds worked.
+    pub Crunch, "crunch", u64 => u64);
+crate::method!(
+    /// How many `crunch` handlers have stopped early because their call was cancelled.
+    pub CrunchesCancelled, "crunches_cancelled", () => u64);
+crate::method!(
     /// The worker's process id.
     pub Pid, "pid", () => u32);
 crate::method!(
@@ -47,6 +58,15 @@ crate::method!(
     /// The worker's working directory.
     pub Cwd, "cwd", () => String);
 
+/// The request of [`CountTo`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CountRequest {
+    /// How far to count.
+    pub count: u32,
+    /// Milliseconds between updates.
+    pub pause_ms: u64,
+}
+
 /// The 64-bit FNV-1a hash: tiny, dependency-free, and enough to check a payload arrived whole.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
@@ -57,6 +77,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// The one built-in method with dynamic bodies: it answers its [`Value`](crate::Value)
 /// request unchanged (both in the `Value` encoding, for `Host::call_value`).
 pub const ECHO_VALUE: &str = "echo_value";
+
+/// `crunch` handlers that saw their token cancelled, in this process.
+static CRUNCHES_CANCELLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A worker serving every built-in method.
 pub fn builtin_worker() -> Worker {
@@ -73,6 +96,31 @@ pub fn builtin_worker() -> Worker {
         .method::<Sleep, _, _>(|millis| async move {
             tokio::time::sleep(Duration::from_millis(millis)).await;
             Ok(millis)
+        })
+        .streaming_method::<CountTo, _, _>(|request, mut progress| async move {
+            for step in 1..=request.count {
+                if request.pause_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(request.pause_ms)).await;
+                }
+                progress
+                    .send(&step)
+                    .await
+                    .map_err(|e| HandlerError::new(e.to_string()))?;
+            }
+            Ok(request.count)
+        })
+        .cancellable_blocking_method::<Crunch, _>(|millis, cancel| {
+            for worked in 0..millis {
+                if cancel.is_cancelled() {
+                    CRUNCHES_CANCELLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Err(HandlerError::new(format!("cancelled after {worked} ms")));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(millis)
+        })
+        .method::<CrunchesCancelled, _, _>(|()| async move {
+            Ok(CRUNCHES_CANCELLED.load(std::sync::atomic::Ordering::Relaxed))
         })
         .method::<Fail, _, _>(|message| async move { Err(HandlerError::new(message)) })
         .method::<Panic, _, _>(|message| async move { std::panic::panic_any(message) })

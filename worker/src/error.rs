@@ -38,6 +38,28 @@ impl HandlerError {
     }
 }
 
+/// Why a [`Progress::send`](crate::Progress::send) did not send its update.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProgressError {
+    /// The call has sent the host's `max_progress_per_call` updates already (one more would be
+    /// a violation that ends the worker). Send fewer, or raise
+    /// `HostConfig::max_progress_per_call` on the host.
+    #[error(
+        "the call's progress quota ({max} updates, HostConfig::max_progress_per_call) is spent"
+    )]
+    QuotaExhausted {
+        /// The quota.
+        max: u32,
+    },
+    /// The update did not encode.
+    #[error("the update did not encode: {0}")]
+    Encode(#[source] airlock_codec::EncodeError),
+    /// The worker is stopping: nothing more reaches the host.
+    #[error("the worker is stopping")]
+    Closed,
+}
+
 /// Why [`Worker::serve`](crate::Worker::serve) stopped abnormally.
 #[derive(Debug, Error)]
 #[non_exhaustive]

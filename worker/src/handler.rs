@@ -11,6 +11,7 @@ use airlock_protocol::{ErrorKind, Method, RemoteError};
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::progress::{CallContext, Progress};
 use crate::HandlerError;
 
 /// What running one call produces: the encoded response or the error to send.
@@ -21,7 +22,7 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 /// A registered method: takes the raw request body, the decoding budgets and the concurrency
 /// permit (held until the handler has really finished), returns the eventual reply.
 pub(crate) type ErasedHandler =
-    Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit) -> BoxFuture + Send + Sync>;
+    Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit, CallContext) -> BoxFuture + Send + Sync>;
 
 /// How a method's bodies cross the wire: how its request is decoded and its response encoded.
 pub(crate) trait Bodies: 'static {
@@ -84,7 +85,11 @@ where
 {
     let handler = Arc::new(handler);
     Arc::new(
-        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let _permit = permit;
@@ -93,6 +98,103 @@ where
                 // own from its first poll, so its decoding does not stall other calls.
                 let request = B::decode(&body, &limits).map_err(bad_request)?;
                 encode_response::<B>(handler(request).await)
+            })
+        },
+    )
+}
+
+/// Wraps a blocking handler that also gets the call's [`CancelToken`]. The token is cancelled
+/// when the call's future is dropped: the host cancelled the call (or its deadline passed and
+/// the host sent `Cancel`), and the serving loop aborted the call's task. The handler can then
+/// stop early instead of running to its end on its thread.
+pub(crate) fn erase_cancellable_blocking<M, F>(handler: F) -> ErasedHandler
+where
+    M: Method,
+    F: Fn(M::Request, &CancelToken) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
+                let token = CancelToken::default();
+                // Cancels the token when this future goes, however it goes.
+                let _cancel_on_drop = CancelOnDrop(token.clone());
+                let run = move || {
+                    let _permit = permit;
+                    encode_response::<Typed<M>>(handler(request, &token))
+                };
+                join_blocking(tokio::task::spawn_blocking(run).await)
+            })
+        },
+    )
+}
+
+/// Whether the host still wants a blocking handler's result (see
+/// [`Worker::cancellable_blocking_method`](crate::Worker::cancellable_blocking_method)).
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<std::sync::atomic::AtomicBool>);
+
+impl CancelToken {
+    /// True once the host has cancelled the call (its answer will be discarded): stop and
+    /// return any error.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A blocking handler's outcome: a panic is resumed here, so the serving loop reports it the
+/// same way as an async handler's panic.
+fn join_blocking(joined: Result<Reply, tokio::task::JoinError>) -> Reply {
+    match joined {
+        Ok(reply) => reply,
+        Err(join) => match join.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            Err(_) => Err(RemoteError::new(
+                ErrorKind::Internal,
+                "runtime shutting down",
+            )),
+        },
+    }
+}
+
+/// Wraps an async handler of the streaming method `M`, which also gets the call's
+/// [`Progress`] sender.
+pub(crate) fn erase_streaming<M, F, Fut>(handler: F) -> ErasedHandler
+where
+    M: airlock_protocol::Streaming,
+    F: Fn(M::Request, Progress<M::Progress>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              context: CallContext|
+              -> BoxFuture {
+            let handler = Arc::clone(&handler);
+            Box::pin(async move {
+                let _permit = permit;
+                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
+                encode_response::<Typed<M>>(handler(request, Progress::new(context)).await)
             })
         },
     )
@@ -108,7 +210,11 @@ where
 {
     let handler = Arc::new(handler);
     Arc::new(
-        move |body: Bytes, limits: Limits, permit: OwnedSemaphorePermit| -> BoxFuture {
+        move |body: Bytes,
+              limits: Limits,
+              permit: OwnedSemaphorePermit,
+              _: CallContext|
+              -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
                 let request = B::decode(&body, &limits).map_err(bad_request)?;
@@ -118,18 +224,7 @@ where
                     let _permit = permit;
                     encode_response::<B>(handler(request))
                 };
-                match tokio::task::spawn_blocking(run).await {
-                    Ok(reply) => reply,
-                    // A panic in the blocking handler: resume it here so the serving loop reports
-                    // it the same way as an async handler's panic.
-                    Err(join) => match join.try_into_panic() {
-                        Ok(payload) => std::panic::resume_unwind(payload),
-                        Err(_) => Err(RemoteError::new(
-                            ErrorKind::Internal,
-                            "runtime shutting down",
-                        )),
-                    },
-                }
+                join_blocking(tokio::task::spawn_blocking(run).await)
             })
         },
     )

@@ -45,12 +45,15 @@ pub mod confine;
 mod env_transport;
 mod error;
 mod handler;
+mod progress;
 mod serve;
 mod worker;
 
-pub use error::{HandlerError, ServeError};
+pub use error::{HandlerError, ProgressError, ServeError};
+pub use handler::CancelToken;
+pub use progress::Progress;
 pub use worker::{Worker, DEFAULT_MAX_CONCURRENCY};
 
 // Everything a worker program names, so `airlock-worker` is its one airlock dependency.
 pub use airlock_codec::{Limits, Value};
-pub use airlock_protocol::{method, ErrorKind, Method, RemoteError};
+pub use airlock_protocol::{method, ErrorKind, Method, RemoteError, Streaming};

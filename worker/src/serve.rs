@@ -24,7 +24,9 @@ use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::handler::{ErasedHandler, Reply};
+use crate::progress::{CallContext, Update, UPDATE_QUEUE};
 use crate::ServeError;
+use tokio::sync::mpsc;
 
 /// Largest request body whose handler is first polled inline, on the serving loop. Decoding a
 /// larger body, which a handler does before its first `.await`, would hold up every other
@@ -39,6 +41,8 @@ pub(crate) struct ServeSpec {
     /// Budgets for decoding requests; `None`: the default budgets, with bytes and lengths
     /// raised to the host's `max_frame` once it is known.
     pub(crate) limits: Option<Limits>,
+    /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
+    pub(crate) spin: Option<std::time::Duration>,
 }
 
 pub(crate) async fn serve_on<T: Transport>(
@@ -49,9 +53,13 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut outgoing = Outgoing::new(Box::new(sender));
     let mut outbox = outgoing.take_buffer();
     let mut session = WorkerSession::new(&spec.config);
-    let mut calls = Calls::new(spec.methods, spec.max_concurrency);
+    let (updates, mut pending_updates) = mpsc::channel(UPDATE_QUEUE);
+    let mut calls = Calls::new(spec.methods, spec.max_concurrency, updates);
     let chosen = spec.limits;
     let mut limits = chosen.unwrap_or_default();
+    let spin = spec.spin;
+    // Spinning runs from the last input until the window closes.
+    let mut spin_until: Option<std::time::Instant> = None;
     let outcome = loop {
         // Apply what the session decided (which may answer calls inline), then write
         // everything it produced in one batch, before waiting for more input.
@@ -61,6 +69,7 @@ pub(crate) async fn serve_on<T: Transport>(
             &mut limits,
             chosen.is_some(),
             &mut receiver,
+            &mut pending_updates,
         ) {
             break end;
         }
@@ -74,14 +83,25 @@ pub(crate) async fn serve_on<T: Transport>(
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
+        let spinning = spin_until.is_some_and(|until| std::time::Instant::now() < until);
         tokio::select! {
+            biased;
             incoming = receiver.recv() => match incoming {
-                Ok(Some(frame)) => session.handle_frame(frame),
+                Ok(Some(frame)) => {
+                    spin_until = spin.map(|window| std::time::Instant::now() + window);
+                    session.handle_frame(frame)
+                }
                 // End of stream, or a stream the host broke: either way the host is gone.
                 Ok(None) | Err(TransportError::Frame(_)) => session.handle_eof(),
                 Err(err) => break Err(ServeError::Connection(err)),
             },
-            Some((id, reply)) = calls.next_finished() => answer(&mut session, id, reply),
+            Some((id, reply)) = calls.next_finished() => {
+                answer(&mut session, id, reply, &mut pending_updates);
+            }
+            Some((id, body)) = pending_updates.recv() => send_update(&mut session, id, body),
+            // Low-latency mode: nothing is ready yet; go round again instead of sleeping, so
+            // the runtime polls the channel without a wake-up, until the window closes.
+            () = tokio::task::yield_now(), if spinning => continue,
             written = outgoing.finish() => if let Err(err) = written {
                 break Err(ServeError::Connection(err));
             },
@@ -105,9 +125,26 @@ pub(crate) async fn serve_on<T: Transport>(
     outcome
 }
 
-/// Sends a finished call's one terminal frame. A response the session cannot send (larger
-/// than the host's `max_frame`) becomes a `Fail`: a call is never left unanswered.
-fn answer(session: &mut WorkerSession, id: CallId, reply: Reply) {
+/// Sends a handler's progress update. One the session refuses (over the frame cap, a call
+/// already cancelled) is dropped: the handler's quota was checked when it sent it, and a
+/// cancelled call's updates are nobody's business.
+fn send_update(session: &mut WorkerSession, id: CallId, body: Bytes) {
+    let _ = session.reply_progress(id, body);
+}
+
+/// Sends a finished call's one terminal frame, after every update its handler sent (they are
+/// queued before the handler returns, so draining the queue first keeps them ahead of the
+/// answer). A response the session cannot send (larger than the host's `max_frame`) becomes a
+/// `Fail`: a call is never left unanswered.
+fn answer(
+    session: &mut WorkerSession,
+    id: CallId,
+    reply: Reply,
+    pending_updates: &mut mpsc::Receiver<Update>,
+) {
+    while let Ok((update_id, body)) = pending_updates.try_recv() {
+        send_update(session, update_id, body);
+    }
     let refused = match reply {
         Ok(body) => match session.reply_return(id, body) {
             Err(ReplyError::TooLarge { len, max }) => Some(RemoteError::new(
@@ -133,6 +170,7 @@ fn handle_events(
     limits: &mut Limits,
     chosen_limits: bool,
     receiver: &mut impl FrameReceiver,
+    pending_updates: &mut mpsc::Receiver<Update>,
 ) -> Option<Result<(), ServeError>> {
     while let Some(event) = session.poll_event() {
         match event {
@@ -140,6 +178,7 @@ fn handle_events(
                 // Frames behind the Welcome may be as large as it allows; the receiver has
                 // not looked at their prefixes yet, and adopts the cap before it does.
                 receiver.set_max_frame(welcome.max_frame);
+                calls.progress_quota = welcome.max_progress_per_call;
                 if !chosen_limits {
                     *limits = Limits::default()
                         .max_bytes(welcome.max_frame as usize)
@@ -148,7 +187,7 @@ fn handle_events(
             }
             WorkerEvent::Call { id, method, body } => {
                 if let Some(reply) = calls.start(id, method.as_str(), body, limits) {
-                    answer(session, id, reply);
+                    answer(session, id, reply, pending_updates);
                 }
             }
             WorkerEvent::Cancel { id } => calls.cancel(id),
@@ -176,11 +215,21 @@ struct Calls {
     /// Task id → call id, to answer a call whose task panicked or was aborted.
     by_task: HashMap<tokio::task::Id, CallId, BuildIdHasher>,
     handles: HashMap<CallId, AbortHandle, BuildIdHasher>,
+    /// Where handlers send their progress updates.
+    updates: mpsc::Sender<Update>,
+    /// The host's `max_progress_per_call` (none before its `Welcome`).
+    progress_quota: u32,
 }
 
 impl Calls {
-    fn new(methods: HashMap<String, ErasedHandler>, max_concurrency: usize) -> Self {
+    fn new(
+        methods: HashMap<String, ErasedHandler>,
+        max_concurrency: usize,
+        updates: mpsc::Sender<Update>,
+    ) -> Self {
         Self {
+            updates,
+            progress_quota: 0,
             methods,
             permits: Arc::new(Semaphore::new(max_concurrency.max(1))),
             tasks: JoinSet::new(),
@@ -202,6 +251,11 @@ impl Calls {
         };
         let handler = Arc::clone(handler);
         let limits = *limits;
+        let context = CallContext {
+            id,
+            updates: self.updates.clone(),
+            quota: self.progress_quota,
+        };
         // The permit travels with the handler (a blocking one keeps it on its thread even
         // after its task is aborted), so `max_concurrency` bounds what really runs.
         let permit = if body.len() <= INLINE_BODY {
@@ -216,13 +270,13 @@ impl Calls {
             let permits = Arc::clone(&self.permits);
             self.spawn(id, async move {
                 match permits.acquire_owned().await {
-                    Ok(permit) => handler(body, limits, permit).await,
+                    Ok(permit) => handler(body, limits, permit, context).await,
                     Err(_) => Err(RemoteError::new(ErrorKind::Internal, "worker stopping")),
                 }
             });
             return None;
         };
-        let mut future = handler(body, limits, permit);
+        let mut future = handler(body, limits, permit, context);
         // One poll here, with a waker that does nothing: a handler that is ready at once is
         // answered now; one that is not is moved into its task, whose first poll registers
         // the task's own waker (every poll must), so no wake-up is lost.

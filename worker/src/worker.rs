@@ -6,7 +6,10 @@ use std::future::Future;
 use airlock_protocol::transport::Transport;
 use airlock_protocol::{is_valid_method_name, Method, WorkerConfig};
 
-use crate::handler::{erase_async, erase_blocking, Dynamic, ErasedHandler, Typed};
+use crate::handler::{
+    erase_async, erase_blocking, erase_cancellable_blocking, erase_streaming, Dynamic,
+    ErasedHandler, Typed,
+};
 use crate::serve::{serve_on, ServeSpec};
 use crate::{HandlerError, ServeError};
 
@@ -143,6 +146,68 @@ impl Worker {
         self.register(M::NAME, erase_blocking::<Typed<M>, F>(handler))
     }
 
+    /// Registers an async handler for the [`Streaming`](airlock_protocol::Streaming) method
+    /// `M`: it also gets a [`Progress`](crate::Progress) sender whose updates reach the host,
+    /// in order, before the call's answer (`Host::call_streaming` yields them). Runs like
+    /// [`method`](Self::method)'s handlers.
+    ///
+    /// ```
+    /// use airlock_worker::{method, Worker};
+    /// method!(pub CountTo, "count_to", u32 => u32, progress u32);
+    /// let worker = Worker::new().streaming_method::<CountTo, _, _>(|n, mut progress| async move {
+    ///     for step in 1..=n {
+    ///         progress
+    ///             .send(&step)
+    ///             .await
+    ///             .map_err(|e| airlock_worker::HandlerError::new(e.to_string()))?;
+    ///     }
+    ///     Ok(n)
+    /// });
+    /// assert_eq!(worker.method_names(), ["count_to"]);
+    /// ```
+    #[must_use]
+    pub fn streaming_method<M, F, Fut>(self, handler: F) -> Self
+    where
+        M: airlock_protocol::Streaming,
+        F: Fn(M::Request, crate::Progress<M::Progress>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
+    {
+        self.register(M::NAME, erase_streaming::<M, F, Fut>(handler))
+    }
+
+    /// Registers a blocking handler for `M` that can stop early: it gets a
+    /// [`CancelToken`](crate::CancelToken) that is cancelled when the host cancels the call or
+    /// its deadline passes. A plain [`blocking_method`](Self::blocking_method)'s call is
+    /// answered `Cancelled` at once too, but its handler runs to its end on its thread,
+    /// holding a concurrency slot; this one can return as soon as it sees the token.
+    ///
+    /// ```
+    /// use airlock_worker::{method, HandlerError, Worker};
+    /// method!(pub Crunch, "crunch", u64 => u64);
+    /// let worker = Worker::new().cancellable_blocking_method::<Crunch, _>(|rounds, cancel| {
+    ///     let mut acc = 0u64;
+    ///     for round in 0..rounds {
+    ///         if cancel.is_cancelled() {
+    ///             return Err(HandlerError::new("cancelled"));
+    ///         }
+    ///         acc = acc.wrapping_mul(31).wrapping_add(round);
+    ///     }
+    ///     Ok(acc)
+    /// });
+    /// assert_eq!(worker.method_names(), ["crunch"]);
+    /// ```
+    #[must_use]
+    pub fn cancellable_blocking_method<M, F>(self, handler: F) -> Self
+    where
+        M: Method,
+        F: Fn(M::Request, &crate::CancelToken) -> Result<M::Response, HandlerError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register(M::NAME, erase_cancellable_blocking::<M, F>(handler))
+    }
+
     fn register(mut self, name: &str, handler: ErasedHandler) -> Self {
         if !is_valid_method_name(name) {
             self.error
@@ -180,6 +245,7 @@ impl Worker {
             methods: self.methods,
             max_concurrency: self.max_concurrency,
             limits: self.limits,
+            spin: None,
         })
     }
 
@@ -210,7 +276,10 @@ impl Worker {
         transport: T,
         token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     ) -> Result<(), ServeError> {
-        serve_on(self.into_spec(token)?, transport).await
+        let mut spec = self.into_spec(token)?;
+        // A process worker spins only if its host asked for it (and it has CPUs to spare).
+        spec.spin = airlock_protocol::spin::window_from_env();
+        serve_on(spec, transport).await
     }
 
     /// [`serve`](Self::serve) on a single-threaded runtime of its own, for binaries that have
