@@ -259,10 +259,8 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
     }
     let mut command = base_command(settings, prepared.as_ref());
     let channel_fd = channel.wire(&mut command)?;
-    crate::sys::prepare_child(&mut command, channel_fd);
-    if let Some(mut plan) = plan {
-        crate::sys::run_before_exec(&mut command, move || plan.run());
-    }
+    let set_up = plan.map(|mut plan| -> crate::sys::SetUp { Box::new(move || plan.run()) });
+    crate::sys::prepare_child(&mut command, set_up, channel_fd);
     let spawned = crate::spawner::spawn(command).await;
     let mut child = match (spawned, &prepared) {
         (Ok(child), _) => child,

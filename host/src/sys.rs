@@ -11,28 +11,38 @@ use std::os::fd::RawFd;
 
 use tokio::process::Command;
 
-/// Arranges for the child, just before `exec`:
-/// - every descriptor from 3 up to be closed on exec, so nothing the host holds leaks into the
-///   worker — except `channel` (the inherited socket, if any), which is moved to fd 3;
-/// - SIGKILL when the thread that forked it dies (`PR_SET_PDEATHSIG`) — the dedicated spawner
-///   thread, which lives as long as the host process (see `spawner`) — and an immediate exit
-///   if the host is already gone.
-pub(crate) fn prepare_child(command: &mut Command, channel: Option<std::os::fd::OwnedFd>) {
+/// A step of the child's set-up (the confinement), run between fork and `exec`.
+pub(crate) type SetUp = Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>;
+
+/// Arranges for the child, between fork and `exec`, in this order:
+/// 1. every descriptor from 3 up closed on exec, so nothing the host holds leaks into the
+///    worker; SIGKILL when the thread that forked it dies (`PR_SET_PDEATHSIG`) — the dedicated
+///    spawner thread, which lives as long as the host process (see `spawner`) — and an
+///    immediate exit if the host is already gone;
+/// 2. `set_up`, if any (the confinement: with namespaces it returns only in the worker);
+/// 3. `channel` (the inherited socket, if any) moved to fd 3, the last step before `exec`.
+///
+/// The channel goes last because `dup2` onto fd 3 closes whatever the child has there, and
+/// that can be a descriptor the set-up needs: the host opens them while other threads open
+/// and close descriptors, so any of them can get number 3, and the set-up's writes to it
+/// (the worker's pid to a `cgroup.procs` descriptor, a report) would go into the channel.
+/// Last, only the worker's own copy goes, after the set-up's last use of it.
+pub(crate) fn prepare_child(
+    command: &mut Command,
+    set_up: Option<SetUp>,
+    channel: Option<std::os::fd::OwnedFd>,
+) {
     let parent = rustix::process::getpid();
     // Taken before the fork (reading a directory allocates): the descriptors open now, for
     // the fallback below on kernels without `close_range`.
     let open_now = open_descriptors();
     // SAFETY: the closure runs in the child between fork and exec. It only makes system calls
-    // (close_range or fcntl, dup2, prctl, getppid) on integers captured by value and on the
-    // channel's descriptor, which it owns (so the number still names the channel however late
-    // the fork runs); it allocates nothing (errors are raw OS codes), takes no lock and touches
-    // no shared state, so it is async-signal-safe.
+    // (close_range or fcntl, prctl, getppid) on integers captured by value; it allocates
+    // nothing (errors are raw OS codes), takes no lock and touches no shared state, so it is
+    // async-signal-safe.
     unsafe {
         command.pre_exec(move || {
             close_on_exec_from_3(&open_now);
-            if let Some(fd) = &channel {
-                move_channel_to_3(std::os::fd::AsRawFd::as_raw_fd(fd))?;
-            }
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             // The host may have died before the prctl took effect: then nobody would kill us.
             if rustix::process::getppid() != Some(parent) {
@@ -40,6 +50,22 @@ pub(crate) fn prepare_child(command: &mut Command, channel: Option<std::os::fd::
             }
             Ok(())
         });
+    }
+    if let Some(set_up) = set_up {
+        // SAFETY: `set_up` is the confinement child's body: system calls and plain memory
+        // writes into the plan it owns (a copy in the child), no allocation, no lock (see
+        // `confinement::child`).
+        unsafe {
+            command.pre_exec(set_up);
+        }
+    }
+    if let Some(channel) = channel {
+        // SAFETY: in the child between fork and exec: `fcntl` or `dup2` on the channel's
+        // descriptor, which the closure owns (so the number still names the channel however
+        // late the fork runs), and on fd 3. No allocation, no lock: async-signal-safe.
+        unsafe {
+            command.pre_exec(move || move_channel_to_3(std::os::fd::AsRawFd::as_raw_fd(&channel)));
+        }
     }
 }
 
@@ -255,20 +281,6 @@ pub(crate) fn die_by_signal(signal: i32) -> ! {
     exit_now(128 + signal)
 }
 
-/// Registers `step` to run in the child between fork and `exec`, after `prepare_child`'s.
-/// Callers guarantee what `pre_exec` requires: `step` only makes system calls on memory it
-/// owns, prepared before the fork (see `confinement::child`).
-pub(crate) fn run_before_exec<F>(command: &mut Command, step: F)
-where
-    F: FnMut() -> std::io::Result<()> + Send + Sync + 'static,
-{
-    // SAFETY: `step` is the confinement child's body: system calls and plain memory writes
-    // into the plan it owns (a copy in the child), no allocation, no lock (see the caller).
-    unsafe {
-        command.pre_exec(step);
-    }
-}
-
 /// A new cgroup namespace for this process, rooted at its current cgroup.
 pub(crate) fn unshare_cgroup_namespace() -> Result<(), rustix::io::Errno> {
     // SAFETY: unshare(CLONE_NEWCGROUP) shares or copies no memory or descriptor table; it
@@ -303,5 +315,50 @@ pub(crate) fn reset_signal_handlers() {
             default.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(signal, &default, std::ptr::null_mut());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::BorrowedFd;
+    use std::process::Stdio;
+
+    /// A set-up step finds at fd 3 what the host had there, never the channel: a descriptor
+    /// the set-up writes to can sit at 3 in the child, and a channel moved there first would
+    /// take those writes. The worker then finds the channel at 3.
+    #[tokio::test]
+    async fn the_channel_takes_fd_3_only_after_the_set_up() {
+        let (mut host_end, pair_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        // Above 3, so that only the move can put the channel there.
+        let child_end = rustix::io::fcntl_dupfd_cloexec(&pair_end, 10).unwrap();
+        drop(pair_end);
+        let channel = rustix::fs::fstat(&child_end).unwrap().st_ino;
+        let set_up: SetUp = Box::new(move || {
+            // SAFETY: fd 3 is only inspected, while this single-threaded child runs.
+            let at_3 = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(3) });
+            match at_3 {
+                Ok(stat) if stat.st_ino == channel => {
+                    Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+                }
+                _ => Ok(()),
+            }
+        });
+        let mut command = Command::new("/bin/sh");
+        command
+            .args(["-c", "printf worker >&3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        prepare_child(&mut command, Some(set_up), Some(child_end));
+        let mut child = command
+            .spawn()
+            .expect("the set-up did not find the channel at fd 3");
+        drop(command);
+        assert!(child.wait().await.unwrap().success());
+        let mut received = String::new();
+        host_end.read_to_string(&mut received).unwrap();
+        assert_eq!(received, "worker");
     }
 }

@@ -19,10 +19,11 @@ use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
 
-/// A worker's cgroup directories (one for v2, one per controller for v1).
+/// A worker's cgroup directories (one for v2, one per controller for v1), each with the
+/// hierarchy `/proc/<pid>/cgroup` names it by (`""` for v2, else the v1 controller).
 #[derive(Debug)]
 pub(crate) struct WorkerCgroup {
-    dirs: Vec<PathBuf>,
+    dirs: Vec<(PathBuf, &'static str)>,
 }
 
 /// The `cgroup.procs` descriptors the keeper writes the worker's pid to.
@@ -61,9 +62,9 @@ fn cgroup_mounts() -> Vec<(PathBuf, String, String)> {
         .collect()
 }
 
-/// This process's own cgroup path in hierarchy `selector` (`""` for v2, else a controller).
-fn own_cgroup(controller: &str) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+/// The cgroup path in hierarchy `controller` (`""` for v2, else a v1 controller) that `text`,
+/// a `/proc/<pid>/cgroup` file, gives.
+fn cgroup_in<'t>(text: &'t str, controller: &str) -> Option<&'t str> {
     text.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let _id = parts.next()?;
@@ -74,8 +75,14 @@ fn own_cgroup(controller: &str) -> Option<PathBuf> {
         } else {
             controllers.split(',').any(|c| c == controller)
         };
-        matches.then(|| PathBuf::from(path.trim_start_matches('/')))
+        matches.then_some(path)
     })
+}
+
+/// This process's own cgroup path in hierarchy `controller` (`""` for v2, else a controller).
+fn own_cgroup(controller: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroup_in(&text, controller).map(|path| PathBuf::from(path.trim_start_matches('/')))
 }
 
 fn writable_dir(path: &Path) -> bool {
@@ -170,7 +177,8 @@ impl WorkerCgroup {
         let name = random_name()?;
         let parent = find_parent()?;
         sweep_once(&parent);
-        let (dirs, settings): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match parent {
+        type Dirs = Vec<(PathBuf, &'static str)>;
+        let (dirs, settings): (Dirs, Vec<(PathBuf, String)>) = match parent {
             Parent::V2(parent) => {
                 let dir = parent.join(&name);
                 let mut settings = Vec::new();
@@ -181,7 +189,7 @@ impl WorkerCgroup {
                 if let Some(n) = processes {
                     settings.push((dir.join("pids.max"), n.to_string()));
                 }
-                (vec![dir], settings)
+                (vec![(dir, "")], settings)
             }
             Parent::V1 { memory: m, pids } => {
                 let (mdir, pdir) = (m.join(&name), pids.join(&name));
@@ -195,14 +203,14 @@ impl WorkerCgroup {
                 if let Some(n) = processes {
                     settings.push((pdir.join("pids.max"), n.to_string()));
                 }
-                (vec![mdir, pdir], settings)
+                (vec![(mdir, "memory"), (pdir, "pids")], settings)
             }
         };
         let cgroup = Self { dirs: Vec::new() };
         let mut cgroup = cgroup;
-        for dir in &dirs {
-            std::fs::create_dir(dir).ok()?;
-            cgroup.dirs.push(dir.clone());
+        for (dir, hierarchy) in dirs {
+            std::fs::create_dir(&dir).ok()?;
+            cgroup.dirs.push((dir, hierarchy));
         }
         for (file, value) in settings {
             // A setting that does not exist (no swap accounting) is not a reason to go
@@ -214,7 +222,7 @@ impl WorkerCgroup {
             }
         }
         let mut procs = Vec::new();
-        for dir in &cgroup.dirs {
+        for (dir, _) in &cgroup.dirs {
             let fd = rustix::fs::open(
                 dir.join("cgroup.procs"),
                 rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
@@ -229,13 +237,19 @@ impl WorkerCgroup {
     /// Whether process `pid` is in this cgroup (every hierarchy), read from
     /// `/proc/<pid>/cgroup` by the host.
     pub(crate) fn holds(&self, pid: u32) -> bool {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            return false;
-        };
-        self.dirs.iter().all(|dir| {
-            dir.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|name| text.lines().any(|l| l.ends_with(&format!("/{name}"))))
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|text| self.holds_in(&text))
+    }
+
+    /// Whether `text`, a `/proc/<pid>/cgroup` file, puts the process in each directory, each
+    /// in its own hierarchy's line: v1 directories share one name, so the name on any line
+    /// would let a process that joined the `pids` cgroup alone pass for one under the memory
+    /// limit too.
+    fn holds_in(&self, text: &str) -> bool {
+        self.dirs.iter().all(|(dir, hierarchy)| {
+            let name = dir.file_name().and_then(|n| n.to_str());
+            let found = cgroup_in(text, hierarchy).and_then(|path| path.rsplit('/').next());
+            name.is_some_and(|name| found == Some(name))
         })
     }
 
@@ -243,7 +257,7 @@ impl WorkerCgroup {
     /// task is still leaving, so it retries for a moment.
     pub(crate) fn remove(&mut self) {
         for _ in 0..50 {
-            self.dirs.retain(|dir| match std::fs::remove_dir(dir) {
+            self.dirs.retain(|(dir, _)| match std::fs::remove_dir(dir) {
                 Ok(()) => false,
                 Err(e) => e.kind() != std::io::ErrorKind::NotFound,
             });
@@ -271,5 +285,45 @@ impl CgroupJoin {
             rustix::io::write(fd, pid)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v1 worker that joined its `pids` cgroup but not its `memory` one runs without its
+    /// memory limit: it is not taken for one in both.
+    #[test]
+    fn a_worker_in_one_v1_hierarchy_is_not_in_its_cgroup() {
+        let name = "airlock-00112233";
+        let cgroup = WorkerCgroup {
+            dirs: vec![
+                (
+                    PathBuf::from(format!("/nonexistent/memory/host/{name}")),
+                    "memory",
+                ),
+                (PathBuf::from(format!("/nonexistent/pids/{name}")), "pids"),
+            ],
+        };
+        let pids_only = format!("8:pids:/{name}\n4:memory:/host\n0::/\n");
+        // The name is there, on the other hierarchy's line.
+        assert!(pids_only.lines().any(|l| l.ends_with(&format!("/{name}"))));
+        assert!(!cgroup.holds_in(&pids_only));
+        let memory_only = format!("8:pids:/\n4:memory:/host/{name}\n0::/\n");
+        assert!(!cgroup.holds_in(&memory_only));
+        let both = format!("8:pids:/{name}\n4:memory:/host/{name}\n0::/\n");
+        assert!(cgroup.holds_in(&both));
+    }
+
+    /// A v2 cgroup is found on the v2 line (`0::`), not on a v1 controller's.
+    #[test]
+    fn a_v2_cgroup_is_read_from_the_unified_line() {
+        let name = "airlock-44556677";
+        let cgroup = WorkerCgroup {
+            dirs: vec![(PathBuf::from(format!("/nonexistent/unified/{name}")), "")],
+        };
+        assert!(!cgroup.holds_in(&format!("4:memory:/{name}\n0::/host\n")));
+        assert!(cgroup.holds_in(&format!("4:memory:/\n0::/host/{name}\n")));
     }
 }

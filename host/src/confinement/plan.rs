@@ -109,8 +109,11 @@ pub(crate) fn prepare(
     inputs: &SpawnInputs<'_>,
     namespaces: bool,
 ) -> Result<(ChildPlan, Prepared), ConfinementError> {
-    // Nothing the child needs may sit at fds 0-3: the spawn puts stdio there and the inherited
-    // socket at 3, over whatever was there (a report pipe at 3 would write into the channel).
+    // Nothing the child needs may sit at fds 0-2: the spawn puts stdio there before the first
+    // set-up step. Fd 3 is held as well, so that the spawn's own exec-error pipe, made at the
+    // fork, is not where the worker's last step puts the channel. Only the numbers free now
+    // can be held: one another thread frees later can still be taken, which at 3 is harmless
+    // to the plan (`sys::prepare_child` moves the channel there after the set-up).
     let low_fds = hold_low_descriptors();
     let strict = policy.mode == ConfinementMode::Strict;
     let pins = match &policy.pins {
@@ -332,7 +335,7 @@ impl Prepared {
 }
 
 /// Opens `/dev/null` until the descriptor it gets is above 3, keeping those at 0-3: while they
-/// are held, nothing else this plan opens can land there.
+/// are held, nothing else can be given those numbers.
 fn hold_low_descriptors() -> Vec<OwnedFd> {
     use std::os::fd::AsRawFd;
     let mut held = Vec::new();
