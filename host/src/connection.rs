@@ -41,6 +41,7 @@ use bytes::Bytes;
 use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{oneshot, Notify};
 
+use crate::response::ResponseDecoding;
 use crate::supervisor::{CallReply, CallRequest, Decode};
 use crate::{CallError, LostReason};
 
@@ -160,7 +161,7 @@ impl Settled {
     /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
     /// off first), writes what this party became the writer of, and wakes the supervisor.
     /// True if the worker lied.
-    pub(crate) fn finish(self, live: &Live, limits: Option<&airlock_codec::Limits>) -> bool {
+    pub(crate) fn finish(self, live: &Live, limits: Option<&ResponseDecoding>) -> bool {
         let Settled {
             mut wake,
             returned,
@@ -290,8 +291,8 @@ impl Link {
             Err(err) => fail(
                 call.reply,
                 match err {
-                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
-                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
+                    BeginCallError::Overloaded { max } => CallError::Overloaded { max },
+                    BeginCallError::TooLarge { len, max } => CallError::TooLarge { len, max },
                     BeginCallError::InvalidMethodName => {
                         CallError::Remote(airlock_protocol::RemoteError::new(
                             airlock_protocol::ErrorKind::UnknownMethod,
@@ -367,7 +368,7 @@ fn deliver(
     live: &Live,
     returned: Option<Returned>,
     more: Vec<Returned>,
-    limits: &airlock_codec::Limits,
+    limits: &ResponseDecoding,
 ) -> bool {
     let Some(first) = returned else {
         return false;
@@ -420,7 +421,7 @@ pub(crate) async fn read_frames(
     mut receiver: Box<dyn FrameReceiver>,
     live: Arc<Live>,
     mut raise: oneshot::Receiver<u32>,
-    limits: airlock_codec::Limits,
+    limits: ResponseDecoding,
 ) {
     let mut raised = false;
     loop {

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::Live;
 use crate::launch::Launcher;
+use crate::response::ResponseDecoding;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallReply, CallRequest, Command, Supervisor};
 use crate::{CallError, SpawnError};
@@ -140,7 +141,15 @@ impl HostBuilder {
         }
         let mut settings = self.settings;
         if settings.confinement.is_confined() {
-            let program = crate::confinement::resolve_program(&settings.program, &settings.env)?;
+            // A program that cannot be found is the same mistake with or without confinement,
+            // and gets the same error.
+            let program = crate::confinement::resolve_program(&settings.program, &settings.env)
+                .map_err(|err| match err {
+                    crate::ConfinementError::Program { program, source } => {
+                        SpawnError::Exec { program, source }
+                    }
+                    other => SpawnError::Confinement(other),
+                })?;
             settings.confinement.pin(program)?;
         }
         Host::start(settings, Launcher::Process).await
@@ -197,6 +206,7 @@ impl Host {
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
         let live = Arc::new(Live::default());
+        let a_process = matches!(launcher, Launcher::Process);
         let supervisor = Supervisor::new(
             Arc::clone(&settings),
             launcher,
@@ -208,7 +218,12 @@ impl Host {
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(supervisor.run(ready_tx));
         let worker = match ready_rx.await {
-            Ok(result) => result?,
+            Ok(Ok(worker)) => worker,
+            Ok(Err(SpawnError::Handshake(failure))) => {
+                let failure = explained(failure, &settings, &counters, a_process);
+                return Err(SpawnError::Handshake(failure));
+            }
+            Ok(Err(err)) => return Err(err),
             Err(_) => return Err(SpawnError::SupervisorEnded),
         };
         Ok(Host {
@@ -292,7 +307,7 @@ impl Host {
             method: M::NAME,
             body: body.into(),
             deadline,
-            decode: decode_response::<M::Response>,
+            decode: decode_response::<M>,
             reply,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
@@ -401,14 +416,41 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The supervisor's decoder for `T`: the non-executing, budgeted codec, boxed for the caller.
-fn decode_response<T>(
+/// A failed handshake with what the host knows about it: the program, the deadline, the
+/// channel, and the worker's last stderr lines (the supervisor drained its stderr before it
+/// reported the failure).
+fn explained(
+    mut failure: crate::HandshakeError,
+    settings: &Settings,
+    counters: &Counters,
+    a_process: bool,
+) -> crate::HandshakeError {
+    failure.program = settings.program.clone();
+    failure.handshake_timeout = settings.protocol.handshake_limit();
+    failure.channel_is_stdout = a_process && stdout_is_the_channel(settings.transport);
+    failure.stderr = counters.stderr_tail.lines();
+    failure
+}
+
+/// Whether a worker process on `transport` talks to the host over its stdout.
+fn stdout_is_the_channel(transport: TransportChoice) -> bool {
+    #[cfg(feature = "pipe")]
+    return transport == TransportChoice::Pipe;
+    #[cfg(not(feature = "pipe"))]
+    {
+        let _ = transport;
+        false
+    }
+}
+
+/// The decoder for `M`'s response, run where the worker's `Return` is accepted: the
+/// non-executing, budgeted codec, boxed for the caller. A refusal is logged before the worker
+/// is cut off.
+fn decode_response<M: Method>(
     body: &[u8],
-    limits: &airlock_codec::Limits,
-) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>
-where
-    T: serde::de::DeserializeOwned + Send + 'static,
-{
-    airlock_codec::from_slice::<T>(body, limits)
+    decoding: &ResponseDecoding,
+) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError> {
+    airlock_codec::from_slice::<M::Response>(body, &decoding.limits)
         .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
+        .inspect_err(|err| decoding.refused(M::NAME, err))
 }

@@ -50,6 +50,7 @@ mod in_process;
 mod info;
 mod launch;
 mod pool;
+mod response;
 mod spawn;
 mod spawner;
 mod stats;
@@ -64,7 +65,10 @@ pub use config::{
 pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
 };
-pub use error::{CallError, ExitInfo, LostReason, SpawnError};
+pub use error::{
+    CallError, ExitInfo, HandshakeError, LostReason, SpawnError, STDERR_TAIL_LINE,
+    STDERR_TAIL_LINES,
+};
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
 pub use info::WorkerInfo;
@@ -75,5 +79,5 @@ pub use stats::{FailureCounts, HostStats};
 pub use airlock_codec::{DecodeError, EncodeError, Limits, Value};
 pub use airlock_protocol::{
     method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason, RemoteError, Violation,
-    MAX_TIMEOUT,
+    ViolationCode, MAX_TIMEOUT,
 };

@@ -21,8 +21,13 @@ pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 pub(crate) type ErasedHandler =
     Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit) -> BoxFuture + Send + Sync>;
 
+/// A request that did not decode; one over a budget says where the worker's budgets are set.
 fn bad_request(err: airlock_codec::DecodeError) -> RemoteError {
-    RemoteError::new(ErrorKind::BadRequest, &err.to_string())
+    let message = match err.budget() {
+        Some(_) => format!("{err}; the worker's request budgets are set with Worker::limits"),
+        None => err.to_string(),
+    };
+    RemoteError::new(ErrorKind::BadRequest, &message)
 }
 
 fn encode_response<T: serde::Serialize>(result: Result<T, HandlerError>) -> Reply {
