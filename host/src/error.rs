@@ -171,6 +171,10 @@ pub enum SpawnError {
     /// outside, not to run under it. It was killed; nothing was sent to it.
     #[error("confinement: {0}")]
     Confinement(#[from] crate::ConfinementError),
+    /// The runtime a [`blocking`](crate::blocking) host runs on could not be started (the
+    /// thread or its I/O driver could not be created).
+    #[error("could not start the blocking host's runtime thread: {0}")]
+    Runtime(#[source] std::io::Error),
     /// `PoolBuilder::size(0)`: a pool needs at least one worker.
     #[error("a Pool needs at least one worker: set PoolBuilder::size to 1 or more")]
     EmptyPool,

@@ -41,6 +41,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod blocking;
 mod config;
 pub mod confinement;
 mod connection;
