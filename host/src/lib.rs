@@ -28,7 +28,16 @@
 //! [`HostConfig`], the error types), so `airlock-host` is its only airlock dependency.
 //!
 //! [`InProcess`] runs the same handlers through the same codec and state machines inside the
-//! host process, for development and tests; [`Pool`] spreads calls over several workers.
+//! host process, for development and tests; [`Pool`] spreads calls over several workers;
+//! [`blocking`] offers both to programs without an async runtime.
+//!
+//! A worker that cannot start says which program and why ([`SpawnError`], with the worker's
+//! last stderr lines in a [`HandshakeError`]); every limit a call runs into is named in its
+//! error with its value and the setting that changes it. A response over the host's budgets
+//! ([`HostBuilder::limits`]) is logged at WARN on target `airlock::host`, with the budget, the
+//! method and the worker's label, before the worker is killed: it cannot know the host's
+//! budgets, and that line is how its operator learns why it went. Byte buffers: see
+//! `airlock_codec`'s docs (a plain `Vec<u8>` works; a `serde_bytes` field is faster).
 //!
 //! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
 //! to it and deny service to them; it cannot answer another call, run code in the host, or
