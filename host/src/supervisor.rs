@@ -593,8 +593,8 @@ impl Drop for Detach<'_> {
 }
 
 fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: CallRequest) {
-    if waiting.len() >= settings.protocol.in_flight_limit() as usize {
-        let max = settings.protocol.in_flight_limit();
+    let max = settings.protocol.in_flight_limit();
+    if waiting.len() >= max as usize {
         fail(call.reply, CallError::Overloaded { max });
     } else {
         waiting.push_back(call);
