@@ -65,7 +65,7 @@ impl CliError {
                 CallError::WorkerLost(_)
                 | CallError::Decode(_)
                 | CallError::Cancelled
-                | CallError::Overloaded
+                | CallError::Overloaded { .. }
                 | CallError::Shutdown => 4,
                 // A kind of failure added to airlock-host later: the call got no answer.
                 _ => 4,

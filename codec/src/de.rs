@@ -58,19 +58,33 @@ impl<'de> Deserializer<'de> {
         out
     }
 
-    /// Visits a sequence whose element count came from the input: the count is charged to the
-    /// item budget up front, so a huge count is refused before the first element.
+    /// Visits a sequence whose element count came from the input. Each element is charged as
+    /// it is decoded ([`Element`]): a lone `u8` or `i8` to the bytes it is read from, anything
+    /// else to the item budget. A count that both budgets together could never pay for is
+    /// refused before the first element.
     fn counted_elements<V: Visitor<'de>>(
         &mut self,
         count: u64,
         visitor: V,
     ) -> Result<V::Value, DecodeError> {
-        let count = self.reader.reserve_items(count)?;
+        let count = self.reader.plausible_count(count)?;
         self.reader.enter()?;
         let hint = self.reader.cautious_hint(count);
-        let out = self.elements(count, hint, visitor);
+        let mut access = CountedElements {
+            de: self,
+            count,
+            left: count,
+            bytes: 0,
+            hint,
+        };
+        let value = visitor.visit_seq(&mut access);
+        let left = access.left;
         self.reader.leave();
-        out
+        // As in `elements`: a visitor that stops early is refused plainly.
+        if left != 0 && value.is_ok() {
+            return Err(too_few_elements(count));
+        }
+        value
     }
 
     /// Visits `count` elements one level deeper. Used directly for tuples, structs and variants,
@@ -349,6 +363,139 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.hint.min(self.left))
+    }
+}
+
+/// Elements of a sequence whose count came from the input: exactly `left` more of them, each
+/// decoded through an [`Element`] that charges it.
+struct CountedElements<'a, 'de> {
+    de: &'a mut Deserializer<'de>,
+    /// The count the input declared.
+    count: usize,
+    left: usize,
+    /// Elements so far that were a lone byte, counted against `max_len`.
+    bytes: usize,
+    /// Capacity already granted from the reader's pre-allocation budget.
+    hint: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
+    type Error = DecodeError;
+
+    #[inline]
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DecodeError> {
+        match self.left.checked_sub(1) {
+            None => Ok(None),
+            Some(left) => {
+                self.left = left;
+                seed.deserialize(Element { seq: self }).map(Some)
+            }
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.hint.min(self.left))
+    }
+}
+
+/// The deserializer one element of a counted sequence is decoded with: it sees the element's
+/// outermost request, so it knows what the element is and charges it once.
+///
+/// **A byte is budgeted as a byte.** An element that is one `u8` or `i8` and nothing else
+/// (a `Vec<u8>`'s elements) is read from exactly one input byte and occupies one byte, so the
+/// input-length budget already bounds both its count and its memory; it is counted against
+/// `max_len`, like the byte string it is, and not against `max_items`. Every other element is
+/// charged one item before it is decoded: a zero-sized element costs no input at all, and a
+/// larger one may occupy more memory than the bytes it came from, which is what the item
+/// budget bounds.
+struct Element<'a, 'b, 'de> {
+    seq: &'a mut CountedElements<'b, 'de>,
+}
+
+impl<'de> Element<'_, '_, 'de> {
+    /// Counts one lone-byte element of this sequence against `max_len`.
+    #[inline]
+    fn byte(&mut self) -> Result<(), DecodeError> {
+        let seq = &mut *self.seq;
+        seq.bytes += 1;
+        let max = seq.de.reader.len_budget();
+        if seq.bytes > max {
+            return Err(DecodeError::LengthLimit {
+                len: seq.count as u64,
+                max,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Forwards each listed request to the sequence's deserializer after charging one item.
+macro_rules! charged {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[inline]
+        fn $method<V: Visitor<'de>>(
+            self,
+            $($arg: $ty,)*
+            visitor: V,
+        ) -> Result<V::Value, DecodeError> {
+            self.seq.de.reader.charge_item()?;
+            (&mut *self.seq.de).$method($($arg,)* visitor)
+        }
+    )*};
+}
+
+impl<'de> de::Deserializer<'de> for Element<'_, '_, 'de> {
+    type Error = DecodeError;
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    #[inline]
+    fn deserialize_u8<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.byte()?;
+        (&mut *self.seq.de).deserialize_u8(visitor)
+    }
+
+    #[inline]
+    fn deserialize_i8<V: Visitor<'de>>(mut self, visitor: V) -> Result<V::Value, DecodeError> {
+        self.byte()?;
+        (&mut *self.seq.de).deserialize_i8(visitor)
+    }
+
+    charged! {
+        deserialize_any();
+        deserialize_ignored_any();
+        deserialize_bool();
+        deserialize_i16();
+        deserialize_i32();
+        deserialize_i64();
+        deserialize_i128();
+        deserialize_u16();
+        deserialize_u32();
+        deserialize_u64();
+        deserialize_u128();
+        deserialize_f32();
+        deserialize_f64();
+        deserialize_char();
+        deserialize_str();
+        deserialize_string();
+        deserialize_bytes();
+        deserialize_byte_buf();
+        deserialize_option();
+        deserialize_unit();
+        deserialize_unit_struct(name: &'static str);
+        deserialize_newtype_struct(name: &'static str);
+        deserialize_seq();
+        deserialize_tuple(len: usize);
+        deserialize_tuple_struct(name: &'static str, len: usize);
+        deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]);
+        deserialize_identifier();
     }
 }
 

@@ -101,26 +101,67 @@ pub enum EncodeError {
     Custom(String),
 }
 
+impl DecodeError {
+    /// The budget this error hit, as the name of the [`Limits`](crate::Limits) setter that
+    /// changes it and the budget's value; `None` when the input was malformed rather than
+    /// over a budget.
+    ///
+    /// ```
+    /// use airlock_codec::{from_slice, to_vec, Limits};
+    /// let bytes = to_vec(&vec![1u32, 2, 3]).unwrap();
+    /// let err = from_slice::<Vec<u32>>(&bytes, &Limits::default().max_items(2)).unwrap_err();
+    /// assert_eq!(err.budget(), Some(("max_items", 2)));
+    /// ```
+    pub fn budget(&self) -> Option<(&'static str, usize)> {
+        match *self {
+            Self::InputTooLong { max, .. } => Some(("max_bytes", max)),
+            Self::DepthLimit { max } => Some(("max_depth", max)),
+            Self::ItemLimit { max } => Some(("max_items", max)),
+            Self::LengthLimit { max, .. } => Some(("max_len", max)),
+            Self::UnexpectedEnd { .. }
+            | Self::TrailingBytes { .. }
+            | Self::OverlongVarint
+            | Self::VarintOverflow
+            | Self::InvalidUtf8
+            | Self::InvalidChar
+            | Self::BadBool(_)
+            | Self::BadOptionTag(_)
+            | Self::BadEnumTag { .. }
+            | Self::BadValueTag(_)
+            | Self::BadKeyTag(_)
+            | Self::DuplicateMapKey
+            | Self::IntegerOutOfRange
+            | Self::SelfDescribingUnsupported
+            | Self::Custom(_) => None,
+        }
+    }
+}
+
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InputTooLong { len, max } => {
-                write!(f, "input of {len} bytes exceeds max_bytes ({max})")
-            }
+            Self::InputTooLong { len, max } => write!(
+                f,
+                "input of {len} bytes is over the byte budget of {max} (Limits::max_bytes)"
+            ),
             Self::UnexpectedEnd { needed, remaining } => {
                 write!(f, "input ended: needed {needed} bytes, {remaining} remain")
             }
             Self::TrailingBytes { count } => write!(f, "{count} trailing bytes after the value"),
-            Self::DepthLimit { max } => write!(f, "nesting exceeds max_depth ({max})"),
+            Self::DepthLimit { max } => write!(
+                f,
+                "nesting is deeper than the depth budget of {max} levels (Limits::max_depth)"
+            ),
             Self::ItemLimit { max } => write!(
                 f,
-                "element count exceeds max_items ({max}); a plain Vec<u8> counts every byte as \
-                 an element: mark the field #[serde(with = \"serde_bytes\")] (or use \
-                 serde_bytes::ByteBuf), or raise Limits::max_items"
+                "more than {max} elements and map entries in one value, the item budget \
+                 (Limits::max_items)"
             ),
-            Self::LengthLimit { len, max } => {
-                write!(f, "string of {len} bytes exceeds max_len ({max})")
-            }
+            Self::LengthLimit { len, max } => write!(
+                f,
+                "a string, byte string or byte sequence of {len} bytes is over the length \
+                 budget of {max} (Limits::max_len)"
+            ),
             Self::OverlongVarint => f.write_str("overlong varint"),
             Self::VarintOverflow => f.write_str("varint overflows its integer type"),
             Self::InvalidUtf8 => f.write_str("string is not valid UTF-8"),

@@ -3,7 +3,8 @@
 //! What a byte string may become is fixed by the caller — a Rust type ([`from_slice`]) or the
 //! closed [`Value`] enum ([`Value::from_slice`]) — never by the input: no decoder here can name
 //! a type, call a hook or look anything up from the bytes it reads. Every decode runs within
-//! [`Limits`] (input bytes, nesting depth, element count, string length), each checked *before*
+//! [`Limits`] (input bytes, nesting depth, element count, string and byte-buffer length), each
+//! checked *before*
 //! its cost is paid, and is strict: truncation, trailing bytes, invalid UTF-8, out-of-range
 //! tags and overlong or overflowing varints are all errors. No input makes it panic or recurse
 //! without bound. Allocation is bounded by the input and the declared type together: strings
@@ -38,6 +39,41 @@
 //! The typed encoding is postcard's, byte for byte ([`to_vec`] delegates to it); the decoder
 //! is this crate's own, because postcard's does not enforce depth or item budgets, and accepts
 //! overlong varints. The wire formats are specified in `PROTOCOL.md` at the repository root.
+//!
+//! ## Byte buffers
+//! A plain `Vec<u8>` works at any size the byte budgets allow: a sequence of lone `u8` (or
+//! `i8`) elements is budgeted as the byte string it is, by the input's length and
+//! [`Limits::max_len`], not element by element against [`Limits::max_items`]. That is sound
+//! because each such element is read from exactly one input byte and occupies one byte, so
+//! the byte budgets already bound its count and its memory; the item budget exists for
+//! elements they do not bound (zero-sized ones, and ones larger in memory than on the wire),
+//! and every other element is still charged to it.
+//!
+//! serde still decodes a `Vec<u8>` one element at a time, which costs about three times as
+//! much as a byte string. For bulk data use a byte type: `serde_bytes::ByteBuf`, a
+//! `#[serde(with = "serde_bytes")]` field, or a borrowed `&[u8]`/`&serde_bytes::Bytes`. The
+//! wire encoding is identical, so either side may switch without the other noticing.
+//!
+//! ```
+//! use airlock_codec::{from_slice, to_vec, DecodeError, Limits};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+//! struct Image {
+//!     name: String,
+//!     #[serde(with = "serde_bytes")] // the fast path: one copy, not one step per byte
+//!     pixels: Vec<u8>,
+//!     thumbnail: Vec<u8>, // also fine: budgeted as bytes, just slower
+//! }
+//!
+//! let image = Image { name: "scan".into(), pixels: vec![0; 4 << 20], thumbnail: vec![0; 2 << 20] };
+//! let bytes = to_vec(&image).unwrap();
+//! // Six million bytes, far over a budget of ten items: only the bytes are counted.
+//! let limits = Limits::default().max_items(10);
+//! assert_eq!(from_slice::<Image>(&bytes, &limits).unwrap(), image);
+//! // And both kinds of buffer are held to the length budget.
+//! let err = from_slice::<Image>(&bytes, &limits.max_len(1 << 20)).unwrap_err();
+//! assert_eq!(err, DecodeError::LengthLimit { len: 4 << 20, max: 1 << 20 });
+//! ```
 //!
 //! ## What a target type must be
 //! Decoding runs the target type's `Deserialize` and nothing else. Keep message types plain

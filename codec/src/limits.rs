@@ -62,10 +62,11 @@ pub const INPUT_BYTES_PER_PREALLOC_SLOT: usize = 16;
 ///
 /// Guarantees, for every decoder in this crate: input longer than `max_bytes` is refused without
 /// being read; no nesting deeper than `max_depth` is entered; no more than `max_items` elements
-/// and entries are produced; no string or byte string longer than `max_len` is materialised; no
-/// length prefix is trusted beyond the bytes that remain in the input; and capacity reserved
-/// ahead of elements sums to at most one element slot per [`INPUT_BYTES_PER_PREALLOC_SLOT`]
-/// input bytes.
+/// and entries are produced, besides the one-byte elements of byte sequences, which are bounded
+/// by the input's length; no string, byte string or byte sequence longer than `max_len` is
+/// materialised; no length prefix is trusted beyond the bytes that remain in the input; and
+/// capacity reserved ahead of elements sums to at most one element slot per
+/// [`INPUT_BYTES_PER_PREALLOC_SLOT`] input bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     max_bytes: usize,
@@ -109,6 +110,10 @@ impl Limits {
     /// Most sequence elements and map entries in one decoded value, counted over the whole value,
     /// zero-sized elements included. Default [`DEFAULT_MAX_ITEMS`] (1 Mi).
     ///
+    /// Not counted: the elements of a byte sequence (a `Vec<u8>`, each element one `u8` or
+    /// `i8`), which are budgeted as bytes by [`Limits::max_bytes`] and [`Limits::max_len`],
+    /// since each is one input byte and one byte of memory (see the crate docs, "Byte buffers").
+    ///
     /// Worst-case memory: for a [`Value`](crate::Value), about this many times its 32 bytes
     /// (a map of n entries is charged 6n + 23 items for its tree nodes). For a typed decode,
     /// this many times the size of the largest element type, times that container's own slack
@@ -122,7 +127,8 @@ impl Limits {
         self
     }
 
-    /// Longest single string or byte string, in bytes. Default [`DEFAULT_MAX_LEN`] (16 MiB).
+    /// Longest single string, byte string or byte sequence (a `Vec<u8>`), in bytes. Default
+    /// [`DEFAULT_MAX_LEN`] (16 MiB).
     ///
     /// Worst-case memory: one allocation of this many bytes (and never more than the input
     /// still holds).

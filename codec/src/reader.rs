@@ -218,6 +218,43 @@ impl<'de> Reader<'de> {
         }
     }
 
+    /// Checks a sequence's declared element count before its first element: each element
+    /// will cost one item, or (a lone byte) one input byte, at most `max_len` of them per
+    /// sequence. A count beyond both together cannot be honoured and is refused at once, so a
+    /// huge count costs nothing. The elements are charged as they are decoded.
+    #[inline]
+    pub(crate) fn plausible_count(&mut self, count: u64) -> Result<usize, DecodeError> {
+        let payable = self
+            .items_left
+            .saturating_add(self.input.len().min(self.limits.len_budget()));
+        match usize::try_from(count) {
+            Ok(n) if n <= payable => Ok(n),
+            _ => Err(DecodeError::ItemLimit {
+                max: self.limits.items_budget(),
+            }),
+        }
+    }
+
+    /// Charges one element to the whole-value item budget.
+    #[inline]
+    pub(crate) fn charge_item(&mut self) -> Result<(), DecodeError> {
+        match self.items_left.checked_sub(1) {
+            Some(left) => {
+                self.items_left = left;
+                Ok(())
+            }
+            None => Err(DecodeError::ItemLimit {
+                max: self.limits.items_budget(),
+            }),
+        }
+    }
+
+    /// The longest string or byte string allowed ([`Limits::max_len`]).
+    #[inline]
+    pub(crate) fn len_budget(&self) -> usize {
+        self.limits.len_budget()
+    }
+
     /// A capacity hint for a container of `count` elements that the input cannot inflate: at
     /// most one slot per [`INPUT_BYTES_PER_SLOT`] bytes still unread, drawn from one budget of
     /// `input length / INPUT_BYTES_PER_SLOT` slots shared by the whole decode and never

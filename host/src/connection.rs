@@ -41,6 +41,7 @@ use bytes::Bytes;
 use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{oneshot, Notify};
 
+use crate::response::ResponseDecoding;
 use crate::supervisor::{CallReply, CallRequest, Decode, Updates};
 use crate::{CallError, LostReason};
 
@@ -183,7 +184,7 @@ impl Settled {
         self,
         live: &Live,
         by: Party,
-        limits: Option<(&airlock_codec::Limits, u64)>,
+        limits: Option<(&ResponseDecoding, u64)>,
     ) -> bool {
         let Settled {
             mut wake,
@@ -222,6 +223,8 @@ impl Settled {
 /// A response accepted from the worker, not yet decoded.
 pub(crate) struct Returned {
     body: Bytes,
+    /// The call's method, for the warning a refused response is logged with.
+    method: std::borrow::Cow<'static, str>,
     decode: Decode,
     reply: oneshot::Sender<CallReply>,
 }
@@ -298,6 +301,7 @@ impl Core {
 
 /// What a call's caller waits on.
 struct Responder {
+    method: std::borrow::Cow<'static, str>,
     key: u64,
     decode: Decode,
     reply: oneshot::Sender<CallReply>,
@@ -328,10 +332,13 @@ impl Link {
         // by `fork`, and a host used on both sides of a fork would send the same ids in the
         // same order (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
         let mut rng = UnwrapErr(OsRng);
+        // Kept for the log if its response is refused: free for a typed call's `&'static str`.
+        let method = call.method.clone();
         match session.begin_call(call.method, call.body, call.deadline, &mut rng) {
             Ok(id) => {
                 self.keys.insert(call.key, id);
                 let responder = Responder {
+                    method,
                     key: call.key,
                     decode: call.decode,
                     reply: call.reply,
@@ -342,8 +349,8 @@ impl Link {
             Err(err) => fail(
                 call.reply,
                 match err {
-                    BeginCallError::Overloaded { .. } => CallError::Overloaded,
-                    BeginCallError::TooLarge { len, .. } => CallError::TooLarge { len },
+                    BeginCallError::Overloaded { max } => CallError::Overloaded { max },
+                    BeginCallError::TooLarge { len, max } => CallError::TooLarge { len, max },
                     BeginCallError::InvalidMethodName => {
                         CallError::Remote(airlock_protocol::RemoteError::new(
                             airlock_protocol::ErrorKind::UnknownMethod,
@@ -370,13 +377,18 @@ impl Link {
     /// Answers a completed call, except a response, which is handed back to be decoded.
     fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
         let Responder {
-            key, decode, reply, ..
+            method,
+            key,
+            decode,
+            reply,
+            ..
         } = self.responders.remove(&id)?;
         self.keys.remove(&key);
         let answer = match outcome {
             Outcome::Returned(body) => {
                 return Some(Returned {
                     body,
+                    method,
                     decode,
                     reply,
                 })
@@ -435,12 +447,19 @@ fn deliver(
     generation: u64,
     returned: Option<Returned>,
     more: Vec<Returned>,
-    limits: &airlock_codec::Limits,
+    limits: &ResponseDecoding,
 ) -> bool {
     let Some(first) = returned else {
         return false;
     };
-    let decode = |returned: Returned| (returned.reply, (returned.decode)(&returned.body, limits));
+    // A refusal is logged, with the budget and the method, before the worker is cut off.
+    let decode = |returned: Returned| {
+        let value = (returned.decode)(&returned.body, limits);
+        if let Err(err) = &value {
+            limits.refused(&returned.method, err);
+        }
+        (returned.reply, value)
+    };
     if more.is_empty() {
         // The common case, without collecting: decode, cut a liar off, then answer.
         let (reply, value) = decode(first);
@@ -471,7 +490,7 @@ async fn deliver_updates(
     live: &Live,
     generation: u64,
     updates: Vec<(Updates, Bytes)>,
-    limits: &airlock_codec::Limits,
+    limits: &ResponseDecoding,
 ) -> bool {
     for (updates, body) in updates {
         match (updates.decode)(&body, limits) {
@@ -521,7 +540,7 @@ pub(crate) async fn read_frames(
     live: Arc<Live>,
     generation: u64,
     mut raise: oneshot::Receiver<u32>,
-    limits: airlock_codec::Limits,
+    limits: ResponseDecoding,
     spin: Option<Duration>,
 ) {
     let mut raised = false;

@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use airlock_codec::{DecodeError, Limits, Value};
+use airlock_codec::{DecodeError, Value};
 use airlock_protocol::is_valid_method_name;
 
 use crate::{CallError, Host, InProcess, Pool};
@@ -92,7 +92,8 @@ impl InProcess {
 /// budgets.
 fn decode_value(
     body: &[u8],
-    limits: &Limits,
+    decoding: &crate::response::ResponseDecoding,
 ) -> Result<Box<dyn std::any::Any + Send>, DecodeError> {
-    Value::from_slice(body, limits).map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
+    Value::from_slice(body, &decoding.limits)
+        .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
 }

@@ -25,21 +25,35 @@ pub enum CallError {
     #[error("the worker was lost: {0}")]
     WorkerLost(LostReason),
     /// The worker's answer did not decode to the method's response type. The worker was killed
-    /// as a liar; nothing of its answer was used.
-    #[error("the worker's response did not decode: {0}")]
+    /// as a liar; nothing of its answer was used. When the answer was over one of the host's
+    /// response budgets, the message names the budget, its value and where it is set
+    /// ([`HostBuilder::limits`](crate::HostBuilder::limits)).
+    #[error("the worker's response did not decode: {0}{hint}", hint = response_budget_hint(.0))]
     Decode(DecodeError),
     /// The request could not be encoded (a failing `Serialize`); nothing was sent.
     #[error("the request did not encode: {0}")]
     Encode(EncodeError),
     /// The encoded request is larger than a frame may be; nothing was sent.
-    #[error("the request is {len} bytes, over the frame limit")]
+    #[error(
+        "the request is {len} bytes, too large for the frame limit of {max} bytes \
+         (HostConfig::max_frame, set with HostBuilder::protocol)"
+    )]
     TooLarge {
         /// The encoded request's length.
         len: usize,
+        /// The frame limit.
+        max: u32,
     },
-    /// The worker already has `max_in_flight` calls; nothing was sent.
-    #[error("the worker is at its in-flight limit")]
-    Overloaded,
+    /// The worker already has `max_in_flight` calls (or that many wait for it); nothing was
+    /// sent.
+    #[error(
+        "the worker is at its limit of {max} calls in flight (HostConfig::max_in_flight, set \
+         with HostBuilder::protocol)"
+    )]
+    Overloaded {
+        /// The in-flight limit.
+        max: u32,
+    },
     /// A method named at run time ([`Host::call_value`](crate::Host::call_value)) is not 1–64
     /// bytes of `[A-Za-z0-9._-]`; nothing was sent.
     #[error("invalid method name: a method name is 1-64 bytes of [A-Za-z0-9._-]")]
@@ -161,13 +175,28 @@ impl std::fmt::Display for ExitInfo {
     }
 }
 
+/// Points a budget refusal of a response at the setting that changes it.
+fn response_budget_hint(err: &DecodeError) -> &'static str {
+    match err.budget() {
+        Some(_) => "; the host's response budgets are set with HostBuilder::limits",
+        None => "",
+    }
+}
+
 /// Why a worker could not be started.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum SpawnError {
-    /// The program could not be executed.
-    #[error("could not start the worker program: {0}")]
-    Exec(#[source] std::io::Error),
+    /// The program could not be executed: it does not exist, is not executable, or is not a
+    /// format the kernel runs.
+    #[error("could not start the worker program {}: {source}{hint}", program.display(), hint = exec_hint(source))]
+    Exec {
+        /// The program, as configured.
+        program: std::path::PathBuf,
+        /// Why `exec` (or finding the program) failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// This process ignores `SIGCHLD` (or set `SA_NOCLDWAIT`), so the kernel reaps children
     /// the moment they exit. airlock relies on holding its worker unreaped until it has
     /// finished with its pid (killing its process group, authenticating its socket): with the
@@ -180,9 +209,11 @@ pub enum SpawnError {
     /// The channel to the worker could not be set up.
     #[error("could not set up the transport: {0}")]
     Transport(#[source] std::io::Error),
-    /// The worker started but did not complete the handshake.
-    #[error("the worker failed its handshake: {0}")]
-    Handshake(LostReason),
+    /// The worker started but did not complete the handshake: it exited, wrote something
+    /// that is not an airlock `Hello`, said nothing in time, or was refused. The error names
+    /// the program, says what to check, and carries the worker's last stderr lines.
+    #[error("{0}")]
+    Handshake(HandshakeError),
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(#[from] airlock_protocol::ConfigError),
@@ -190,6 +221,10 @@ pub enum SpawnError {
     /// outside, not to run under it. It was killed; nothing was sent to it.
     #[error("confinement: {0}")]
     Confinement(#[from] crate::ConfinementError),
+    /// The runtime a [`blocking`](crate::blocking) host runs on could not be started (the
+    /// thread or its I/O driver could not be created).
+    #[error("could not start the blocking host's runtime thread: {0}")]
+    Runtime(#[source] std::io::Error),
     /// `PoolBuilder::size(0)`: a pool needs at least one worker.
     #[error("a Pool needs at least one worker: set PoolBuilder::size to 1 or more")]
     EmptyPool,
@@ -197,4 +232,147 @@ pub enum SpawnError {
     /// the tokio runtime it ran on is shutting down, or the task panicked (a defect in airlock).
     #[error("the worker's supervisor task ended before the worker was ready (is the runtime shutting down?)")]
     SupervisorEnded,
+}
+
+/// Violations that, as the first thing a program sends, mean its output is not frames at all.
+fn not_frames(code: ViolationCode) -> bool {
+    matches!(
+        code,
+        ViolationCode::FrameTooLarge
+            | ViolationCode::EmptyFrame
+            | ViolationCode::MalformedFrame
+            | ViolationCode::TruncatedFrame
+    )
+}
+
+/// Why `exec` failed, in the words of what to check.
+fn exec_hint(source: &std::io::Error) -> &'static str {
+    match source.kind() {
+        std::io::ErrorKind::NotFound => {
+            " (check the path: a relative one is resolved against the host's working directory)"
+        }
+        std::io::ErrorKind::PermissionDenied => " (is it executable? chmod +x)",
+        _ => "",
+    }
+}
+
+/// The worker did not complete its handshake ([`SpawnError::Handshake`]): why, which program,
+/// and what it last wrote to stderr.
+///
+/// Its message says what to check: a program that exits or writes to its stdout before its
+/// `Hello` is asked whether it is an airlock worker at all (stdout is the channel on the pipe
+/// transport, and anything but frames there is refused); a handshake that times out names
+/// the deadline and [`HostConfig::handshake_timeout`](crate::HostConfig::handshake_timeout).
+///
+/// ```no_run
+/// use airlock_host::{Host, LostReason, SpawnError};
+/// # async fn demo() {
+/// match Host::builder("/bin/false").spawn().await {
+///     Err(SpawnError::Handshake(failure)) => {
+///         assert!(matches!(failure.reason, LostReason::Exited(_)));
+///         eprintln!("{failure}"); // names /bin/false and asks whether it is an airlock worker
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandshakeError {
+    /// Why the worker was lost.
+    pub reason: LostReason,
+    /// The worker program, as configured.
+    pub program: std::path::PathBuf,
+    /// The handshake deadline it was given.
+    pub handshake_timeout: std::time::Duration,
+    /// Whether its channel was its stdout (the pipe transport).
+    pub channel_is_stdout: bool,
+    /// Its last lines on stderr, oldest first: at most [`STDERR_TAIL_LINES`] lines of at most
+    /// [`STDERR_TAIL_LINE`] bytes, every character that could forge or hide text replaced.
+    pub stderr: Vec<String>,
+}
+
+/// Most stderr lines a [`HandshakeError`] keeps: the last 10.
+pub const STDERR_TAIL_LINES: usize = 10;
+
+/// Longest stderr line a [`HandshakeError`] keeps, in bytes; the rest is cut.
+pub const STDERR_TAIL_LINE: usize = 512;
+
+impl HandshakeError {
+    /// A failure with nothing known yet but its reason; the host adds the rest before a caller
+    /// sees it.
+    pub(crate) fn new(reason: LostReason) -> Self {
+        Self {
+            reason,
+            program: std::path::PathBuf::new(),
+            handshake_timeout: std::time::Duration::ZERO,
+            channel_is_stdout: false,
+            stderr: Vec::new(),
+        }
+    }
+
+    /// What to check, for this reason.
+    fn hint(&self) -> Option<String> {
+        const NOT_A_WORKER: &str = "is this an airlock worker?";
+        match &self.reason {
+            LostReason::Exited(_) => Some(format!(
+                "{NOT_A_WORKER} A worker built on airlock-worker says Hello as soon as it \
+                 serves; one that exits first has usually said why on stderr"
+            )),
+            LostReason::Violation(v) if not_frames(v.code) && self.channel_is_stdout => {
+                Some(format!(
+                    "{NOT_A_WORKER} it wrote to stdout, which is the channel, before its Hello, \
+                     and what it wrote is not airlock frames (a worker built on airlock-worker \
+                     sends print! output to stderr)"
+                ))
+            }
+            LostReason::Violation(v) if not_frames(v.code) => Some(format!(
+                "{NOT_A_WORKER} it sent bytes that are not airlock frames before its Hello"
+            )),
+            LostReason::HandshakeTimeout => Some(format!(
+                "the deadline is {:?} (HostConfig::handshake_timeout, set with \
+                 HostBuilder::protocol); {NOT_A_WORKER} A program that waits for input, like \
+                 cat, never says Hello",
+                self.handshake_timeout
+            )),
+            LostReason::Refused(airlock_protocol::RefuseReason::VersionMismatch) => Some(
+                "it speaks another protocol version: build it against this version of airlock"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the worker {} did not complete its handshake: {}",
+            self.program.display(),
+            self.reason
+        )?;
+        if let Some(hint) = self.hint() {
+            write!(f, "; {hint}")?;
+        }
+        match self.stderr.as_slice() {
+            [] if matches!(self.reason, LostReason::Exited(_)) => {
+                f.write_str("; it wrote nothing to stderr")
+            }
+            [] => Ok(()),
+            lines => {
+                f.write_str("; its last stderr lines:")?;
+                for line in lines {
+                    write!(f, "\n  {line}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for HandshakeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.reason)
+    }
 }

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
+use crate::response::ResponseDecoding;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor, Updates};
 use crate::{CallError, SpawnError};
@@ -158,7 +159,15 @@ impl HostBuilder {
         }
         let mut settings = self.settings;
         if settings.confinement.is_confined() {
-            let program = crate::confinement::resolve_program(&settings.program, &settings.env)?;
+            // A program that cannot be found is the same mistake with or without confinement,
+            // and gets the same error.
+            let program = crate::confinement::resolve_program(&settings.program, &settings.env)
+                .map_err(|err| match err {
+                    crate::ConfinementError::Program { program, source } => {
+                        SpawnError::Exec { program, source }
+                    }
+                    other => SpawnError::Confinement(other),
+                })?;
             settings.confinement.pin(program)?;
         }
         if let Some(window) = airlock_protocol::spin::effective_window(settings.low_latency) {
@@ -223,6 +232,7 @@ impl Host {
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
         let live = Arc::new(Live::default());
+        let a_process = matches!(launcher, Launcher::Process);
         let supervisor = Supervisor::new(
             Arc::clone(&settings),
             launcher,
@@ -234,7 +244,12 @@ impl Host {
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(supervisor.run(ready_tx));
         let worker = match ready_rx.await {
-            Ok(result) => result?,
+            Ok(Ok(worker)) => worker,
+            Ok(Err(SpawnError::Handshake(failure))) => {
+                let failure = explained(failure, &settings, &counters, a_process);
+                return Err(SpawnError::Handshake(failure));
+            }
+            Ok(Err(err)) => return Err(err),
             Err(_) => return Err(SpawnError::SupervisorEnded),
         };
         Ok(Host {
@@ -547,14 +562,43 @@ fn trace_call(call: &InFlight<'_>, outcome: Result<(), &CallError>, elapsed: Dur
     }
 }
 
-/// The supervisor's decoder for `T`: the non-executing, budgeted codec, boxed for the caller.
+/// A failed handshake with what the host knows about it: the program, the deadline, the
+/// channel, and the worker's last stderr lines (the supervisor drained its stderr before it
+/// reported the failure).
+fn explained(
+    mut failure: crate::HandshakeError,
+    settings: &Settings,
+    counters: &Counters,
+    a_process: bool,
+) -> crate::HandshakeError {
+    failure.program = settings.program.clone();
+    failure.handshake_timeout = settings.protocol.handshake_limit();
+    failure.channel_is_stdout = a_process && stdout_is_the_channel(settings.transport);
+    failure.stderr = counters.stderr_tail.lines();
+    failure
+}
+
+/// Whether a worker process on `transport` talks to the host over its stdout.
+fn stdout_is_the_channel(transport: TransportChoice) -> bool {
+    #[cfg(feature = "pipe")]
+    return transport == TransportChoice::Pipe;
+    #[cfg(not(feature = "pipe"))]
+    {
+        let _ = transport;
+        false
+    }
+}
+
+/// The decoder for a response (or a streaming update) of type `T`, run where the worker's
+/// frame is accepted: the non-executing, budgeted codec, boxed for the caller. The caller of the
+/// decoder logs a refusal (with the method) before the worker is cut off.
 pub(crate) fn decode_response<T>(
     body: &[u8],
-    limits: &airlock_codec::Limits,
+    decoding: &ResponseDecoding,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    airlock_codec::from_slice::<T>(body, limits)
+    airlock_codec::from_slice::<T>(body, &decoding.limits)
         .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
 }

@@ -1,7 +1,6 @@
 //! Starting a worker: a child process, or (in-process mode) a task in this process speaking the
 //! same protocol over an in-memory stream.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
+use crate::stats::Counters;
 use crate::{ExitInfo, SpawnError};
 
 /// Bytes buffered in each direction of an in-process worker's stream.
@@ -89,10 +89,11 @@ impl Launcher {
     pub(crate) async fn launch(
         &self,
         settings: &Settings,
-        stderr_dropped: &Arc<AtomicU64>,
+        counters: &Counters,
     ) -> Result<Launched, SpawnError> {
         match self {
             Launcher::Process => {
+                counters.stderr_tail.clear();
                 let spawned = crate::spawn::spawn(settings).await?;
                 let stderr = spawned.stderr.map(|stderr| {
                     let (stop, stopped) = oneshot::channel();
@@ -100,7 +101,8 @@ impl Launcher {
                         stderr,
                         format!("{}[{}]", settings.label, spawned.pid),
                         settings.stderr,
-                        Arc::clone(stderr_dropped),
+                        Arc::clone(&counters.stderr_dropped),
+                        Arc::clone(&counters.stderr_tail),
                         stopped,
                     ));
                     StderrRelay {

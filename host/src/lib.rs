@@ -28,9 +28,18 @@
 //! [`HostConfig`], the error types), so `airlock-host` is its only airlock dependency.
 //!
 //! [`InProcess`] runs the same handlers through the same codec and state machines inside the
-//! host process, for development and tests; [`Pool`] spreads calls over several workers.
-//! A method can also be named at run time, with dynamic [`Value`] bodies:
-//! [`Host::call_value`] (for tools, and for workers written in other languages).
+//! host process, for development and tests; [`Pool`] spreads calls over several workers;
+//! [`blocking`] offers both to programs without an async runtime. A method can also be named
+//! at run time, with dynamic [`Value`] bodies: [`Host::call_value`] (for tools, and for
+//! workers written in other languages).
+//!
+//! A worker that cannot start says which program and why ([`SpawnError`], with the worker's
+//! last stderr lines in a [`HandshakeError`]); every limit a call runs into is named in its
+//! error with its value and the setting that changes it. A response over the host's budgets
+//! ([`HostBuilder::limits`]) is logged at WARN on target `airlock::host`, with the budget, the
+//! method and the worker's label, before the worker is killed: it cannot know the host's
+//! budgets, and that line is how its operator learns why it went. Byte buffers: see
+//! `airlock_codec`'s docs (a plain `Vec<u8>` works; a `serde_bytes` field is faster).
 //!
 //! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
 //! to it and deny service to them; it cannot answer another call, run code in the host, or
@@ -68,6 +77,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod blocking;
 mod config;
 pub mod confinement;
 mod connection;
@@ -78,6 +88,7 @@ mod in_process;
 mod info;
 mod launch;
 mod pool;
+mod response;
 mod spawn;
 mod spawner;
 mod stats;
@@ -93,7 +104,10 @@ pub use config::{
 pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
 };
-pub use error::{CallError, ExitInfo, LostReason, SpawnError};
+pub use error::{
+    CallError, ExitInfo, HandshakeError, LostReason, SpawnError, STDERR_TAIL_LINE,
+    STDERR_TAIL_LINES,
+};
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
 pub use info::WorkerInfo;

@@ -264,8 +264,13 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
     let spawned = crate::spawner::spawn(command).await;
     let mut child = match (spawned, &prepared) {
         (Ok(child), _) => child,
-        (Err(err), Some(prepared)) => return Err(explain_failure(prepared, err)),
-        (Err(err), None) => return Err(SpawnError::Exec(err)),
+        (Err(err), Some(prepared)) => return Err(explain_failure(settings, prepared, err)),
+        (Err(source), None) => {
+            return Err(SpawnError::Exec {
+                program: settings.program.clone(),
+                source,
+            })
+        }
     };
     let (pid, pidfd, report) = match &prepared {
         Some(prepared) => match verified(&child, prepared) {
@@ -273,11 +278,15 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
             Err(err) => {
                 // A worker that exited at once cannot be read back, and cannot run anything
                 // either (its PID namespace died with it): let the supervisor report its exit
-                // and its stderr instead of a failed check.
-                if tokio::time::timeout(EXITED_AT_ONCE, child.wait())
+                // and its stderr instead of a failed check. (`Child::wait` closes the child's
+                // stdin, which is the channel on the pipe transport: it is kept aside, so the
+                // handshake can see the end of the stream and report the exit.)
+                let stdin = child.stdin.take();
+                let exited = tokio::time::timeout(EXITED_AT_ONCE, child.wait())
                     .await
-                    .is_ok()
-                {
+                    .is_ok();
+                child.stdin = stdin;
+                if exited {
                     let pid = child.id().unwrap_or(0);
                     (pid, None, prepared.expected.clone())
                 } else {
@@ -322,13 +331,16 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
 }
 
 /// Why a confined spawn failed: the step the child reported, or the exec error.
-fn explain_failure(prepared: &Prepared, err: std::io::Error) -> SpawnError {
+fn explain_failure(settings: &Settings, prepared: &Prepared, source: std::io::Error) -> SpawnError {
     match prepared.read_reports().failure {
         Some((step, errno)) => SpawnError::Confinement(ConfinementError::Step {
             step,
             source: std::io::Error::from_raw_os_error(errno),
         }),
-        None => SpawnError::Exec(err),
+        None => SpawnError::Exec {
+            program: settings.program.clone(),
+            source,
+        },
     }
 }
 
@@ -511,9 +523,9 @@ async fn connect(
                     connected.token = Some(token);
                     Ok(connected)
                 }
-                Err(AcceptError::Deadline { .. }) => {
-                    Err(SpawnError::Handshake(crate::LostReason::HandshakeTimeout))
-                }
+                Err(AcceptError::Deadline { .. }) => Err(SpawnError::Handshake(
+                    crate::HandshakeError::new(crate::LostReason::HandshakeTimeout),
+                )),
                 Err(other) => Err(SpawnError::Transport(std::io::Error::other(other))),
             }
         }

@@ -376,7 +376,7 @@ impl OutcomeKind {
             Err(
                 CallError::Encode(_)
                 | CallError::TooLarge { .. }
-                | CallError::Overloaded
+                | CallError::Overloaded { .. }
                 | CallError::InvalidMethodName,
             ) => Self::Refused,
         }
@@ -418,6 +418,8 @@ pub(crate) struct Counters {
     pub(crate) restarts: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) stderr_dropped: Arc<AtomicU64>,
+    /// The current worker's last stderr lines, for a failed spawn's error.
+    pub(crate) stderr_tail: Arc<crate::stderr::StderrTail>,
     pub(crate) violations: Mutex<BTreeMap<ViolationCode, u64>>,
     /// The current worker's pid as the host sees it (0: none running).
     pub(crate) worker_pid: std::sync::atomic::AtomicU32,

@@ -33,7 +33,7 @@ use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
-use crate::{CallError, ExitInfo, LostReason, SpawnError, WorkerInfo};
+use crate::{CallError, ExitInfo, HandshakeError, LostReason, SpawnError, WorkerInfo};
 
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
@@ -72,7 +72,7 @@ pub(crate) struct Updates {
 /// Decodes a response body into the method's response type, boxed for the caller.
 pub(crate) type Decode = fn(
     &[u8],
-    &airlock_codec::Limits,
+    &crate::response::ResponseDecoding,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>;
 
 /// What the supervisor answers a call with.
@@ -171,7 +171,7 @@ impl Supervisor {
                     // A replacement that failed its handshake before a session existed (the
                     // named socket's listener waited out its deadline) is lost for that reason.
                     let reason = match err {
-                        SpawnError::Handshake(reason) => reason,
+                        SpawnError::Handshake(failure) => failure.reason,
                         _ => LostReason::TransportFailed,
                     };
                     WorkerEnd { reason }
@@ -179,7 +179,7 @@ impl Supervisor {
             };
             if let Some(ready) = ready.take() {
                 // The first worker never became ready: the spawn fails, nothing restarts.
-                let _ = ready.send(Err(SpawnError::Handshake(end.reason)));
+                let _ = ready.send(Err(SpawnError::Handshake(HandshakeError::new(end.reason))));
                 return self.finish();
             }
             if self.shutdown.is_some() {
@@ -330,7 +330,7 @@ impl Supervisor {
             shutdown,
             ..
         } = self;
-        let launch = launcher.launch(settings, &counters.stderr_dropped);
+        let launch = launcher.launch(settings, counters);
         let mut launch = std::pin::pin!(launch);
         let mut handles_gone = false;
         loop {
@@ -389,7 +389,7 @@ impl Supervisor {
         let detach = Detach(&live);
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
-        let limits = self.settings.response_limits();
+        let limits = crate::response::ResponseDecoding::new(&self.settings);
         let reader = tokio::spawn(read_frames(
             receiver,
             Arc::clone(&live),
@@ -657,8 +657,9 @@ impl Drop for Detach<'_> {
 }
 
 fn queue_call(waiting: &mut VecDeque<CallRequest>, settings: &Settings, call: CallRequest) {
-    if waiting.len() >= settings.protocol.in_flight_limit() as usize {
-        fail(call.reply, CallError::Overloaded);
+    let max = settings.protocol.in_flight_limit();
+    if waiting.len() >= max as usize {
+        fail(call.reply, CallError::Overloaded { max });
     } else {
         waiting.push_back(call);
     }

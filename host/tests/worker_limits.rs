@@ -13,7 +13,10 @@ async fn a_request_over_the_workers_own_item_budget_is_refused_and_the_worker_se
     match &refused {
         Err(CallError::Remote(error)) => {
             assert_eq!(error.kind(), ErrorKind::BadRequest, "{refused:?}");
-            assert!(error.message().contains("max_items (10)"), "{refused:?}");
+            let message = error.message();
+            assert!(message.contains("more than 10 elements"), "{message}");
+            assert!(message.contains("(Limits::max_items)"), "{message}");
+            assert!(message.contains("Worker::limits"), "{message}");
         }
         other => panic!("expected BadRequest, got {other:?}"),
     }

@@ -226,13 +226,19 @@ pub enum ReplyError {
 #[non_exhaustive]
 pub enum ConfigError {
     /// `max_frame` must be at least [`MIN_MAX_FRAME`](crate::MIN_MAX_FRAME) bytes.
-    #[error("max_frame {0} is below the minimum {min}", min = crate::MIN_MAX_FRAME)]
+    #[error(
+        "HostConfig::max_frame({0}) is below the minimum of {min} bytes",
+        min = crate::MIN_MAX_FRAME
+    )]
     MaxFrameTooSmall(u32),
     /// A timeout over [`MAX_TIMEOUT`](crate::MAX_TIMEOUT).
     #[error("timeout of {0:?} exceeds the maximum of 365 days")]
     TimeoutTooLong(core::time::Duration),
     /// `max_in_flight` must be 1 to [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT).
-    #[error("max_in_flight {0} is outside 1..={max}", max = crate::MAX_IN_FLIGHT)]
+    #[error(
+        "HostConfig::max_in_flight({0}) is outside 1..={max}",
+        max = crate::MAX_IN_FLIGHT
+    )]
     InFlightOutOfRange(u32),
     /// A low-latency spin window over [`MAX_SPIN`](crate::spin::MAX_SPIN)
     /// (`HostBuilder::low_latency`).

@@ -33,6 +33,14 @@ impl TracedEvent {
 pub struct Events(pub Mutex<Vec<TracedEvent>>);
 
 impl Events {
+    /// The events so far that `keep` keeps, in order.
+    pub fn matching(&self, keep: impl Fn(&TracedEvent) -> bool) -> Vec<TracedEvent> {
+        self.0
+            .lock()
+            .map(|events| events.iter().filter(|e| keep(e)).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The events so far on `target` whose `worker` field is `worker`.
     pub fn of(&self, target: &str, worker: &str) -> Vec<TracedEvent> {
         self.0

@@ -52,6 +52,24 @@ pub fn worker_bin() -> PathBuf {
     built("airlock-worker", "airlock-worker", &CELL)
 }
 
+/// `thumbnail-worker`, the example of a worker of one's own (`examples/worker`).
+pub fn example_worker_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-example-worker", "thumbnail-worker", &CELL)
+}
+
+/// `thumbnail-host`, the example of an async host of one's own (`examples/host`).
+pub fn example_host_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-example-host", "thumbnail-host", &CELL)
+}
+
+/// `thumbnail-blocking`, the example of a host without an async runtime (`examples/host`).
+pub fn example_blocking_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-example-host", "thumbnail-blocking", &CELL)
+}
+
 /// The `rogue-worker` binary of this crate, which misbehaves on request.
 pub fn rogue_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();

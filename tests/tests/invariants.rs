@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
-use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
+use airlock_host::{CallError, HandshakeError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
 use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
@@ -214,7 +214,10 @@ async fn invariant_07_every_wait_is_bounded() {
         .await;
     assert!(matches!(
         silent,
-        Err(SpawnError::Handshake(LostReason::HandshakeTimeout))
+        Err(SpawnError::Handshake(HandshakeError {
+            reason: LostReason::HandshakeTimeout,
+            ..
+        }))
     ));
     let host = Host::builder(worker_bin())
         .shutdown_grace(Duration::from_millis(200))
@@ -384,9 +387,10 @@ async fn invariant_10_versions_are_checked_at_the_handshake() {
     let spawned = rogue("wrong_version").spawn().await;
     assert!(matches!(
         spawned,
-        Err(SpawnError::Handshake(LostReason::Refused(
-            RefuseReason::VersionMismatch
-        )))
+        Err(SpawnError::Handshake(HandshakeError {
+            reason: LostReason::Refused(RefuseReason::VersionMismatch),
+            ..
+        }))
     ));
     // The worker decodes the host's requests with the same codec and budgets: a request that
     // does not decode as the method's type is refused there, as data.

@@ -246,7 +246,7 @@ macro_rules! lifecycle_tests {
             // Let both reach the worker: the limit is now reached.
             tokio::time::sleep(Duration::from_millis(200)).await;
             let started = Instant::now();
-            assert_eq!(host.call::<Sleep>(&1_500).await, Err(CallError::Overloaded));
+            assert_eq!(host.call::<Sleep>(&1_500).await, Err(CallError::Overloaded { max: 2 }));
             assert!(
                 started.elapsed() < Duration::from_millis(500),
                 "the refusal took {:?}: the call waited for a slot",

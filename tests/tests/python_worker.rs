@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use airlock_codec::{from_value, to_value, Key, Value};
 use airlock_host::{
-    CallError, Confinement, ConfinementMode, ErrorKind, Host, HostBuilder, LostReason,
-    RefuseReason, SpawnError, TransportChoice,
+    CallError, Confinement, ConfinementMode, ErrorKind, HandshakeError, Host, HostBuilder,
+    LostReason, RefuseReason, SpawnError, TransportChoice,
 };
 use airlock_tests::dynamic::DynamicBody;
 use airlock_tests::e2e::ScratchDir;
@@ -416,7 +416,10 @@ sys.exit(worker.run())
             .spawn()
             .await;
         match spawned {
-            Err(SpawnError::Handshake(LostReason::Refused(RefuseReason::VersionMismatch))) => {}
+            Err(SpawnError::Handshake(HandshakeError {
+                reason: LostReason::Refused(RefuseReason::VersionMismatch),
+                ..
+            })) => {}
             Err(other) => panic!("expected a VersionMismatch refusal, got {other}"),
             Ok(_) => panic!("a version-2 Hello was accepted over {transport:?}"),
         }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{Host, LostReason, RestartPolicy, SpawnError};
+use airlock_host::{HandshakeError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{HostConfig, ViolationCode};
 use airlock_tests::e2e::{call_pid, process_alive, rogue_host, worker_bin, ScratchDir};
 use airlock_worker::builtin::{Echo, Sleep};
@@ -90,7 +90,10 @@ async fn an_oversized_frame_before_the_hello_is_refused_from_its_prefix() {
         .await;
     let took = started.elapsed();
     match result {
-        Err(SpawnError::Handshake(LostReason::Violation(v))) => {
+        Err(SpawnError::Handshake(HandshakeError {
+            reason: LostReason::Violation(v),
+            ..
+        })) => {
             assert_eq!(v.code, ViolationCode::FrameTooLarge)
         }
         other => panic!(

@@ -62,8 +62,13 @@ impl Bodies for Dynamic {
     }
 }
 
-fn bad_request(err: DecodeError) -> RemoteError {
-    RemoteError::new(ErrorKind::BadRequest, &err.to_string())
+/// A request that did not decode; one over a budget says where the worker's budgets are set.
+fn bad_request(err: airlock_codec::DecodeError) -> RemoteError {
+    let message = match err.budget() {
+        Some(_) => format!("{err}; the worker's request budgets are set with Worker::limits"),
+        None => err.to_string(),
+    };
+    RemoteError::new(ErrorKind::BadRequest, &message)
 }
 
 fn encode_response<B: Bodies>(result: Result<B::Response, HandlerError>) -> Reply {

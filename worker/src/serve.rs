@@ -149,7 +149,10 @@ fn answer(
         Ok(body) => match session.reply_return(id, body) {
             Err(ReplyError::TooLarge { len, max }) => Some(RemoteError::new(
                 ErrorKind::Limit,
-                &format!("response of {len} bytes exceeds the host's max_frame ({max})"),
+                &format!(
+                    "the response is {len} bytes, too large for the host's frame limit of {max} \
+                     bytes (HostConfig::max_frame, set with HostBuilder::protocol)"
+                ),
             )),
             _ => None,
         },

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use airlock_codec::{is_unsafe_in_text, DecodeError, Limits};
 use airlock_host::{
-    CallError, ExitInfo, Host, HostBuilder, LostReason, Pool, RestartPolicy, SpawnError,
+    CallError, ExitInfo, HandshakeError, Host, HostBuilder, LostReason, Pool, RestartPolicy,
+    SpawnError,
 };
 use airlock_protocol::frame::{encode_frame, Call, Frame, Welcome};
 use airlock_protocol::{
@@ -971,10 +972,10 @@ async fn frame_before_hello() {
     )
     .await;
     match (over_named_socket(), spawned) {
-        (false, Err(SpawnError::Handshake(LostReason::Violation(v)))) => {
+        (false, Err(SpawnError::Handshake(HandshakeError { reason: LostReason::Violation(v), .. }))) => {
             assert_eq!(v.code, ViolationCode::FrameBeforeHandshake)
         }
-        (true, Err(SpawnError::Handshake(LostReason::HandshakeTimeout))) => {}
+        (true, Err(SpawnError::Handshake(HandshakeError { reason: LostReason::HandshakeTimeout, .. }))) => {}
         (_, other) => panic!("expected the handshake to fail, got {other:?}"),
     }
     // Live: the rogue's first write was a Return, not a Hello.
@@ -1041,7 +1042,7 @@ async fn no_hello() {
         .unwrap();
     let (spawned, peak) = peak_during(scene.builder("no_hello").protocol(config).spawn()).await;
     match spawned {
-        Err(SpawnError::Handshake(LostReason::HandshakeTimeout)) => {}
+        Err(SpawnError::Handshake(HandshakeError { reason: LostReason::HandshakeTimeout, .. })) => {}
         other => panic!("expected a handshake timeout, got {other:?}"),
     }
     let took = started.elapsed();
@@ -1061,7 +1062,7 @@ async fn wrong_version() {
     let scene = Scene::new("wrong_version");
     let (spawned, peak) = peak_during(scene.builder("wrong_version").spawn()).await;
     match spawned {
-        Err(SpawnError::Handshake(LostReason::Refused(RefuseReason::VersionMismatch))) => {}
+        Err(SpawnError::Handshake(HandshakeError { reason: LostReason::Refused(RefuseReason::VersionMismatch), .. })) => {}
         other => panic!("expected a version refusal, got {other:?}"),
     }
     // Live: its Hello claimed another protocol version.

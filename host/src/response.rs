@@ -1,0 +1,53 @@
+//! Decoding a worker's response: the budgets it is decoded under, and the warning a refused
+//! one is logged with before its worker is killed.
+
+use std::sync::Arc;
+
+use airlock_codec::{DecodeError, Limits};
+
+use crate::config::Settings;
+
+/// What decoding one worker's responses needs: the host's response budgets, and the worker's
+/// label for the log.
+#[derive(Clone, Debug)]
+pub(crate) struct ResponseDecoding {
+    pub(crate) limits: Limits,
+    label: Arc<str>,
+}
+
+impl ResponseDecoding {
+    pub(crate) fn new(settings: &Settings) -> Self {
+        Self {
+            limits: settings.response_limits(),
+            label: settings.label.as_str().into(),
+        }
+    }
+
+    /// Logs, at WARN on target `airlock::host`, that the response to `method` was refused and
+    /// why: the budget, its value and the setting, when it was over one. Called where the
+    /// response is decoded, before the worker is cut off and killed, so the log says why the
+    /// worker went before the loss is reported. A worker cannot know the host's budgets, so an
+    /// honest one over them is killed too; this line is how its operator finds out.
+    pub(crate) fn refused(&self, method: &str, err: &DecodeError) {
+        match err.budget() {
+            Some((budget, max)) => tracing::warn!(
+                target: "airlock::host",
+                worker = %self.label,
+                method,
+                budget,
+                max,
+                "the response to {method} is over the host's response budget {budget} \
+                 ({max}): {err}; the worker is killed, as a response that breaks the host's \
+                 budgets is treated as a lie. If the worker is honest, raise Limits::{budget} \
+                 in HostBuilder::limits"
+            ),
+            None => tracing::warn!(
+                target: "airlock::host",
+                worker = %self.label,
+                method,
+                "the response to {method} does not decode as its response type: {err}; the \
+                 worker is killed as a liar"
+            ),
+        }
+    }
+}

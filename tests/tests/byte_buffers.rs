@@ -1,0 +1,37 @@
+//! Byte buffers through a real worker at default limits: a plain `Vec<u8>` of 16 MiB, sixteen
+//! times the default item budget, crosses in both directions (the codec budgets its elements
+//! as bytes), beside the same payload as a byte type, the fast path.
+
+use std::time::Instant;
+
+use airlock_codec::DEFAULT_MAX_ITEMS;
+use airlock_host::Host;
+use airlock_tests::e2e::worker_bin;
+use airlock_worker::builtin::{Echo, EchoVec};
+use serde_bytes::ByteBuf;
+
+const SIXTEEN_MIB: usize = 16 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sixteen_mib_plain_vec_u8_round_trips_through_a_worker_at_default_limits() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let payload: Vec<u8> = (0..SIXTEEN_MIB).map(|i| (i % 251) as u8).collect();
+    // Counted element by element, this request and its response would each be sixteen times
+    // over the default item budget.
+    assert_eq!(payload.len(), 16 * DEFAULT_MAX_ITEMS);
+
+    let started = Instant::now();
+    let echoed = host.call::<EchoVec>(&payload).await.unwrap();
+    let plain = started.elapsed();
+    assert!(echoed == payload, "the plain Vec<u8> came back changed");
+
+    let started = Instant::now();
+    let echoed = host
+        .call::<Echo>(&ByteBuf::from(payload.clone()))
+        .await
+        .unwrap();
+    let as_bytes = started.elapsed();
+    assert!(echoed.as_slice() == payload.as_slice());
+    println!("16 MiB echo: plain Vec<u8> {plain:?}, serde_bytes::ByteBuf {as_bytes:?}");
+    host.shutdown().await;
+}
