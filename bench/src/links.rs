@@ -78,6 +78,11 @@ impl RawLink {
         })
     }
 
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `n` round trips of one 64-byte message.
     pub fn round_trips(&mut self, n: u32) -> Result<Duration, Error> {
         let mut message = [0x5au8; SMALL];

@@ -17,13 +17,21 @@
 //!
 //! This is a crate of its own so that the baselines' dependencies (servo's `ipc-channel`) are
 //! built only for benchmarking, never for the tests. The raw baselines' far ends are this same
-//! binary, re-executed as `airlock-bench peer <role>` (see `peer.rs`).
+//! binary, re-executed as `airlock-bench peer <role>` (see `peer.rs`); so is the worker of the
+//! host's peak-RSS row, `airlock-bench worker` (see `fill_worker.rs`), and each of that row's
+//! repetitions, `airlock-bench rss-sample` (see `peak_rss.rs`).
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: `alloc_count` implements the unsafe trait `GlobalAlloc` (a counting
+// wrapper around the system allocator) and allows it there alone.
+#![deny(unsafe_code)]
 
+mod alloc_count;
+mod fill_worker;
 mod links;
+mod peak_rss;
 mod peer;
 mod phases;
+mod proc_stats;
 mod table;
 mod targets;
 
@@ -51,6 +59,8 @@ fn main() -> ExitCode {
         Some("peer") => {
             peer::run(args.get(1).map_or("", String::as_str), &args[2..]).map_err(Error::from)
         }
+        Some("worker") => fill_worker::serve(),
+        Some("rss-sample") => peak_rss::sample(&args[1..]),
         Some("phase") => phase(&args[1..]),
         Some("calls") => profile_calls(&args[1..]),
         _ => options(&args).and_then(|o| orchestrate(&o)),

@@ -4,17 +4,22 @@
 //! repetitions; in each, every row measures its airlock series and its baselines one burst
 //! each, in an order that flips on every repetition.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
-use airlock_host::{Confinement, TransportChoice};
+use airlock_host::{Confinement, Host, HostConfig, TransportChoice};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
+use tokio::runtime::Runtime;
 
+use crate::alloc_count;
 use crate::links::{self, Error, IpcLink, Raw, RawLink};
+use crate::proc_stats::minor_faults;
 use crate::table::{Row, Unit};
 
-/// The phases, each run in a process of its own.
-pub const PHASES: [&str; 2] = ["pinned", "unpinned"];
+/// The phases, each run in a process of its own (`peak-rss` starts a fresh one per repetition:
+/// see `peak_rss.rs`).
+pub const PHASES: [&str; 3] = ["pinned", "unpinned", "peak-rss"];
 
 /// One burst of one series: its figure in the row's unit.
 type Burst<'a> = Box<dyn FnMut() -> Result<f64, Error> + 'a>;
@@ -23,6 +28,39 @@ type Burst<'a> = Box<dyn FnMut() -> Result<f64, Error> + 'a>;
 struct Measured<'a> {
     row: Row,
     bursts: Vec<Burst<'a>>,
+}
+
+/// Rows whose figures are by-products of another row's bursts (the page faults of a timed bulk
+/// echo, the bytes of a counted call): the bursts record into them as they run, so both rows
+/// come from the same repetitions.
+struct ByProducts(RefCell<Vec<Row>>);
+
+impl ByProducts {
+    fn new() -> Self {
+        Self(RefCell::new(Vec::new()))
+    }
+
+    /// Adds `row`; returns its index for [`record`](Self::record).
+    fn add(&self, row: Row) -> usize {
+        let mut rows = self.0.borrow_mut();
+        rows.push(row);
+        rows.len() - 1
+    }
+
+    /// One sample for row `row`: series 0 is its airlock series, `k` its `k`-th baseline.
+    fn record(&self, row: usize, series: usize, figure: f64) {
+        let mut rows = self.0.borrow_mut();
+        let row = &mut rows[row];
+        let series = match series {
+            0 => &mut row.airlock,
+            k => &mut row.baselines[k - 1],
+        };
+        series.samples.push(figure);
+    }
+
+    fn into_rows(self) -> Vec<Row> {
+        self.0.into_inner()
+    }
 }
 
 /// Scales for one run: repetitions and burst lengths.
@@ -51,7 +89,9 @@ pub fn run(name: &str, worker: &str, old: Option<&str>, quick: bool) -> Result<V
     match name {
         "pinned" => {
             pin_to_one_cpu()?;
-            small_calls("pinned", worker, old, scale)
+            let mut rows = small_calls("pinned", worker, old, scale)?;
+            rows.extend(allocations(worker, scale)?);
+            Ok(rows)
         }
         "unpinned" => {
             let mut rows = spawn_and_codec(worker, scale)?;
@@ -59,6 +99,7 @@ pub fn run(name: &str, worker: &str, old: Option<&str>, quick: bool) -> Result<V
             rows.extend(throughput(worker, old, scale)?);
             Ok(rows)
         }
+        "peak-rss" => crate::peak_rss::row(scale.reps, scale.size),
         other => Err(format!("unknown phase {other}").into()),
     }
 }
@@ -230,6 +271,10 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         None => None,
     };
     let pool = links::spawn_pool(&rt, worker, 2)?;
+    let large_host = spawn_large_body_host(&rt, worker)?;
+    let body = ByteBuf::from(vec![0xa5u8; BULK]);
+    let large_body = ByteBuf::from(vec![0xa5u8; LARGE_BULK]);
+    let faults = ByProducts::new();
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
         let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
@@ -278,36 +323,153 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         ],
     });
 
-    const BULK: usize = 16 * 1024 * 1024;
-    let body = ByteBuf::from(vec![0xa5u8; BULK]);
-    let raw_body = vec![0xa5u8; BULK];
-    let mut store = RawLink::piped("bulk-store")?;
-    let mut stream = RawLink::piped("bulk-stream")?;
-    let (mut back_store, mut back_stream) = (Vec::new(), Vec::new());
-    let gb_per_sec = |elapsed: Duration| BULK as f64 / elapsed.as_secs_f64() / 1e9;
-    let bulk_host = host.clone();
-    measured.push(Measured {
-        row: Row::new(
-            "bulk echo, 16 MiB body",
-            Unit::GigaBytesPerSec,
-            "Host::call Echo 16 MiB",
-            &["raw pipe, store and forward", "raw pipe, streaming"],
-        ),
-        bursts: vec![
-            Box::new(move || Ok(gb_per_sec(links::bulk(rt_ref, &bulk_host, &body)?))),
-            {
-                let raw_body = raw_body.clone();
-                Box::new(move || Ok(gb_per_sec(store.bulk(&raw_body, &mut back_store)?)))
-            },
-            Box::new(move || Ok(gb_per_sec(stream.bulk(&raw_body, &mut back_stream)?))),
-        ],
-    });
-    let rows = interleave(measured, scale.reps)?;
+    measured.push(bulk_row(&rt, &host, &body, &faults)?);
+    // A first call shows whether the raised setting is enough; if not, the row says why
+    // instead of stopping the bench.
+    match links::bulk(&rt, &large_host, &large_body) {
+        Ok(_) => measured.push(bulk_row(&rt, &large_host, &large_body, &faults)?),
+        Err(err) => {
+            let why = format!("the 64 MiB echo failed: {err}");
+            eprintln!("airlock-bench: {why}");
+            let mut row = Row::new(bulk_row_name(LARGE_BULK), Unit::GigaBytesPerSec, "", &[]);
+            row.skipped = Some(why);
+            measured.push(Measured {
+                row,
+                bursts: Vec::new(),
+            });
+        }
+    }
+    let mut rows = interleave(measured, scale.reps)?;
+    rows.extend(faults.into_rows());
     rt.block_on(host.shutdown());
+    rt.block_on(large_host.shutdown());
     rt.block_on(pool.shutdown());
     if let Some(old_host) = old_host {
         rt.block_on(old_host.shutdown());
     }
+    Ok(rows)
+}
+
+/// The bulk rows' bodies: 16 MiB, the most the default `max_frame` carries, and 64 MiB.
+const BULK: usize = 16 * 1024 * 1024;
+const LARGE_BULK: usize = 64 * 1024 * 1024;
+
+/// The one setting a 64 MiB body needs: `HostConfig::max_frame` raised to 64 MiB plus the same
+/// 4 KiB of room for the frame's head that `DEFAULT_MAX_FRAME` gives a 16 MiB body. The worker
+/// adopts it from the `Welcome`, and both sides' decode budgets follow it.
+const LARGE_BULK_MAX_FRAME: u32 = LARGE_BULK as u32 + 4096;
+
+fn spawn_large_body_host(rt: &Runtime, worker: &str) -> Result<Host, Error> {
+    let config = HostConfig::default().max_frame(LARGE_BULK_MAX_FRAME)?;
+    Ok(rt.block_on(Host::builder(worker).protocol(config).spawn())?)
+}
+
+fn bulk_row_name(len: usize) -> String {
+    format!("bulk echo, {} MiB body", len >> 20)
+}
+
+/// A bulk-echo row for `body` on `host`, beside a raw store-and-forward and a raw streaming
+/// echo. Each airlock call and each store-and-forward echo also records the minor page faults
+/// it cost in two rows of `faults`: the host's side and the worker's (the bench's own process
+/// and its peer's, for the raw echo).
+fn bulk_row<'a>(
+    rt: &'a Runtime,
+    host: &'a Host,
+    body: &'a ByteBuf,
+    faults: &'a ByProducts,
+) -> Result<Measured<'a>, Error> {
+    let mib = body.len() >> 20;
+    let host_row = faults.add(Row::new(
+        format!("{}, host minor page faults", bulk_row_name(body.len())),
+        Unit::PerCall,
+        "Host::call (host process)",
+        &["raw pipe, store and forward (bench process)"],
+    ));
+    let worker_row = faults.add(Row::new(
+        format!("{}, worker minor page faults", bulk_row_name(body.len())),
+        Unit::PerCall,
+        "airlock-worker",
+        &["raw store-and-forward peer"],
+    ));
+    let gb_per_sec = move |elapsed: Duration| body.len() as f64 / elapsed.as_secs_f64() / 1e9;
+    let mut store = RawLink::piped("bulk-store")?;
+    let mut stream = RawLink::piped("bulk-stream")?;
+    let (mut back_store, mut back_stream) = (Vec::new(), Vec::new());
+    Ok(Measured {
+        row: Row::new(
+            bulk_row_name(body.len()),
+            Unit::GigaBytesPerSec,
+            &format!("Host::call Echo {mib} MiB"),
+            &["raw pipe, store and forward", "raw pipe, streaming"],
+        ),
+        bursts: vec![
+            Box::new(move || {
+                let pid = host.worker_pid().ok_or("the bulk host has no worker")?;
+                let before = (minor_faults(None)?, minor_faults(Some(pid))?);
+                let elapsed = links::bulk(rt, host, body)?;
+                let after = (minor_faults(None)?, minor_faults(Some(pid))?);
+                if host.worker_pid() != Some(pid) {
+                    return Err("the bulk worker was replaced during a call".into());
+                }
+                faults.record(host_row, 0, (after.0 - before.0) as f64);
+                faults.record(worker_row, 0, (after.1 - before.1) as f64);
+                Ok(gb_per_sec(elapsed))
+            }),
+            Box::new(move || {
+                let pid = Some(store.pid());
+                let before = (minor_faults(None)?, minor_faults(pid)?);
+                let elapsed = store.bulk(body, &mut back_store)?;
+                let after = (minor_faults(None)?, minor_faults(pid)?);
+                faults.record(host_row, 1, (after.0 - before.0) as f64);
+                faults.record(worker_row, 1, (after.1 - before.1) as f64);
+                Ok(gb_per_sec(elapsed))
+            }),
+            Box::new(move || Ok(gb_per_sec(stream.bulk(body, &mut back_stream)?))),
+        ],
+    })
+}
+
+/// Heap allocations and bytes per small call on the host side (every thread of this process),
+/// beside ipc-channel's typed round trip, counted by the bench's global allocator.
+fn allocations(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+    alloc_count::check()?;
+    let n = 1000 * scale.size;
+    let rt = links::runtime(0)?;
+    let host = links::spawn_host(&rt, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let mut ipc = IpcLink::start()?;
+    let per_call = |count: u64| count as f64 / f64::from(n);
+    let bytes = ByProducts::new();
+    let bytes_row = bytes.add(Row::new(
+        "heap bytes allocated per small call, host process, current-thread host",
+        Unit::PerCall,
+        "Host::call Echo 64 B",
+        &["ipc-channel typed"],
+    ));
+    let measured = vec![Measured {
+        row: Row::new(
+            "heap allocations per small call, host process, current-thread host",
+            Unit::PerCall,
+            "Host::call Echo 64 B",
+            &["ipc-channel typed"],
+        ),
+        bursts: vec![
+            Box::new(|| {
+                let (done, counts) = alloc_count::counting(|| links::calls(&rt, &host, n));
+                done?;
+                bytes.record(bytes_row, 0, per_call(counts.bytes));
+                Ok(per_call(counts.allocations))
+            }),
+            Box::new(|| {
+                let (done, counts) = alloc_count::counting(|| ipc.round_trips(n));
+                done?;
+                bytes.record(bytes_row, 1, per_call(counts.bytes));
+                Ok(per_call(counts.allocations))
+            }),
+        ],
+    }];
+    let mut rows = interleave(measured, scale.reps)?;
+    rows.extend(bytes.into_rows());
+    rt.block_on(host.shutdown());
     Ok(rows)
 }
 

@@ -17,6 +17,8 @@ pub enum Unit {
     GigaBytesPerSec,
     /// Mebibytes (a peak resident set): lower is better.
     MiB,
+    /// A count per call (page faults, allocations, bytes allocated): lower is better.
+    PerCall,
 }
 
 impl Unit {
@@ -27,6 +29,7 @@ impl Unit {
             Unit::KiloPerSec => "k/s",
             Unit::GigaBytesPerSec => "GB/s",
             Unit::MiB => "MiB",
+            Unit::PerCall => "per call",
         }
     }
 }
@@ -115,6 +118,15 @@ impl Row {
     }
 }
 
+/// A ratio as the table shows it; "–" where it has no value (a baseline of zero faults).
+fn ratio(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.2}×")
+    } else {
+        "–".into()
+    }
+}
+
 fn number(x: f64) -> String {
     if !x.is_finite() {
         "–".into()
@@ -158,11 +170,11 @@ pub fn markdown(rows: &[Row]) -> String {
                 ("", "")
             };
             out.push_str(&format!(
-                "| {name} | {} | {shown} | {} | {} | {:.2}× |\n",
+                "| {name} | {} | {shown} | {} | {} | {} |\n",
                 row.unit.label(),
                 baseline.name,
                 baseline.figure(),
-                row.ratio(baseline)
+                ratio(row.ratio(baseline))
             ));
         }
     }

@@ -7,7 +7,8 @@ use crate::{ConfigError, TOKEN_LEN};
 /// Default for [`HostConfig::max_frame`]: 16 MiB of body plus 4 KiB for the frame head.
 ///
 /// The codec's default body budget is 16 MiB; the extra room lets a body that size travel.
-/// Worst case, the host buffers one frame of this size per worker while it arrives.
+/// The host buffers each worker's frames, up to this size, whole while they arrive
+/// (SECURITY.md states the bound). Larger bodies need only [`HostConfig::max_frame`] raised.
 pub const DEFAULT_MAX_FRAME: u32 = 16 * 1024 * 1024 + 4096;
 
 /// The smallest `max_frame` accepted: 8 KiB, room for a `Fail` frame with the longest error
@@ -89,8 +90,28 @@ impl Default for HostConfig {
 
 impl HostConfig {
     /// Largest frame either side may send, in bytes (the length prefix's value). Default
-    /// [`DEFAULT_MAX_FRAME`]; at least [`MIN_MAX_FRAME`]. Worst-case memory: one frame of this
-    /// size buffered while it arrives.
+    /// [`DEFAULT_MAX_FRAME`], room for a 16 MiB body; at least [`MIN_MAX_FRAME`].
+    ///
+    /// **This is the one setting that bounds a body.** Raise it and larger bodies travel both
+    /// ways with nothing else changed: the worker adopts it from the `Welcome` (its receive cap,
+    /// and its request decode budgets unless the worker set its own with `Worker::limits`), and
+    /// the host's response decode budgets follow it unless the host set its own with
+    /// `HostBuilder::limits`. Give it the body plus 4 KiB for the frame's head, as the default
+    /// does; for 64 MiB bodies:
+    ///
+    /// ```
+    /// use airlock_protocol::HostConfig;
+    /// let config = HostConfig::default().max_frame(64 * 1024 * 1024 + 4096)?;
+    /// assert_eq!(config.frame_limit(), 67_112_960);
+    /// # Ok::<(), airlock_protocol::ConfigError>(())
+    /// ```
+    ///
+    /// Memory grows with it on both sides. The host buffers each worker's frames whole while
+    /// they arrive, and copies a body once more when it encodes a request or decodes a
+    /// response (SECURITY.md states the buffering bound per worker; `cargo xtask bench`
+    /// measures the host's peak with four workers answering at the cap). A confined worker
+    /// needs room for a few bodies of this size under its address-space limit
+    /// (`Confinement::memory_limit`, 4 GiB by default).
     pub fn max_frame(mut self, bytes: u32) -> Result<Self, ConfigError> {
         if bytes < MIN_MAX_FRAME {
             return Err(ConfigError::MaxFrameTooSmall(bytes));

@@ -1,0 +1,57 @@
+//! What the kernel counts for a process, read from `/proc`: minor page faults (for the bulk
+//! rows) and the resident set with its peak (for the host's peak-RSS row).
+
+use crate::links::Error;
+
+/// Minor page faults of the whole process `pid` (`None`: this one) so far, from field 10
+/// (`minflt`) of `/proc/<pid>/stat`. Every thread's faults count.
+pub fn minor_faults(pid: Option<u32>) -> Result<u64, Error> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".into(),
+    };
+    let stat = std::fs::read_to_string(&path)?;
+    // The command name (field 2) is in parentheses and may hold spaces or ')': the fields
+    // after it start behind the last ')'. From there, `minflt` is the eighth.
+    let (_, rest) = stat
+        .rsplit_once(')')
+        .ok_or_else(|| format!("{path}: no command name"))?;
+    let minflt = rest
+        .split_ascii_whitespace()
+        .nth(7)
+        .ok_or_else(|| format!("{path}: too few fields"))?;
+    Ok(minflt.parse()?)
+}
+
+/// This process's resident set now and its peak, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Resident {
+    /// `VmRSS`.
+    pub now: u64,
+    /// `VmHWM`: the most resident since the process started or [`reset_peak`] last ran.
+    pub peak: u64,
+}
+
+/// This process's resident set, from `/proc/self/status`.
+pub fn resident() -> Result<Resident, Error> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let field = |name: &str| -> Result<u64, Error> {
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().strip_suffix("kB"))
+            .ok_or_else(|| format!("/proc/self/status: no {name}"))?;
+        Ok(kib.trim().parse::<u64>()? * 1024)
+    };
+    Ok(Resident {
+        now: field("VmRSS:")?,
+        peak: field("VmHWM:")?,
+    })
+}
+
+/// Lowers this process's `VmHWM` to its current resident set (`5` to `/proc/self/clear_refs`,
+/// Linux 4.0 and later), so a peak measured next belongs to what runs next.
+pub fn reset_peak() -> Result<(), Error> {
+    std::fs::write("/proc/self/clear_refs", "5")?;
+    Ok(())
+}
