@@ -113,8 +113,9 @@ macro_rules! lifecycle_tests {
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn deadline_kills_the_worker_and_a_fresh_one_answers_next() {
+        async fn with_no_grace_a_deadline_kills_the_worker_and_a_fresh_one_answers_next() {
             let host = worker()
+                .protocol(no_grace())
                 .restart_policy(fast_restarts(5))
                 .spawn()
                 .await
@@ -139,7 +140,13 @@ macro_rules! lifecycle_tests {
                 initial_backoff: Duration::from_millis(150),
                 max_backoff: Duration::from_secs(1),
             };
-            let host = worker().restart_policy(policy).spawn().await.unwrap();
+            // No cancel grace: each missed deadline is a loss, as the budget needs.
+            let host = worker()
+                .protocol(no_grace())
+                .restart_policy(policy)
+                .spawn()
+                .await
+                .unwrap();
             let mut pids = HashSet::new();
             pids.insert(call_pid(&host).await.unwrap());
             for restart in 1..=policy.max_restarts {
@@ -450,6 +457,13 @@ macro_rules! lifecycle_tests {
             drop(canary);
         }
     };
+}
+
+/// A cancel grace of zero: a call past its deadline takes its worker down at the deadline.
+fn no_grace() -> airlock_host::HostConfig {
+    airlock_host::HostConfig::default()
+        .cancel_grace(Duration::ZERO)
+        .unwrap()
 }
 
 mod pipe {
