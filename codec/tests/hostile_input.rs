@@ -10,12 +10,11 @@ use serde::{Deserialize, Serialize};
 // ---------------------------------------------------------------------------------------------
 // A per-thread counting allocator (same technique as tests/allocation.rs).
 
-mod common;
-
-use common::{peak_allocated, varint};
+use airlock_test_support::alloc::{peak_allocated, CountingAlloc};
+use airlock_test_support::varint;
 
 #[global_allocator]
-static ALLOCATOR: common::Counting = common::Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 // ---------------------------------------------------------------------------------------------
 // Finding: open containers each pre-allocate against the SAME remaining input.
@@ -31,7 +30,7 @@ fn value_open_lists_do_not_preallocate_depth_times_the_input() {
     let mut bytes = Vec::new();
     for _ in 0..depth {
         bytes.push(0x08);
-        bytes.extend(varint(count));
+        bytes.extend(varint::encode(count));
     }
     bytes.extend(std::iter::repeat_n(0xffu8, 16_000));
 
@@ -59,7 +58,7 @@ fn typed_open_vecs_do_not_preallocate_depth_times_the_input() {
     let count = 32_000u64; // 32 × 32,000 = 1,024,000 ≤ DEFAULT_MAX_ITEMS
     let mut bytes = Vec::new();
     for _ in 0..levels {
-        bytes.extend(varint(count));
+        bytes.extend(varint::encode(count));
     }
     bytes.extend(std::iter::repeat_n(0u8, 32_000));
 
@@ -258,7 +257,7 @@ fn varint_edges_are_strict() {
     assert_eq!(from_slice::<char>(&[0], &l), Err(DecodeError::InvalidChar));
     // Vec<()> with a huge count only costs item budget, refused up front.
     assert!(matches!(
-        from_slice::<Vec<()>>(&varint(DEFAULT_ITEMS_PLUS_ONE), &l),
+        from_slice::<Vec<()>>(&varint::encode(DEFAULT_ITEMS_PLUS_ONE), &l),
         Err(DecodeError::ItemLimit { .. })
     ));
 }
