@@ -6,46 +6,17 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use airlock_protocol::frame::{self, encode_frame, Frame};
 use airlock_protocol::*;
+use airlock_test_support::alloc::{self, CountingAlloc};
 use bytes::Bytes;
 use support::*;
 
-// ---------------------------------------------------------------------------------------------
-// Per-thread live-bytes counter (as in codec/tests/allocation.rs).
-
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: delegates every call to the system allocator unchanged; only bookkeeping is added,
-// and the thread-local has a const initialiser and no destructor, so it never allocates.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = LIVE.try_with(|live| live.set(live.get() + layout.size()));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(layout.size())));
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+// Counts each thread's live bytes, for the bookkeeping-growth tests.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> usize {
-    LIVE.with(Cell::get)
-}
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 fn worker_closed_with(pair: &Pair) -> Option<CloseReason> {
     pair.worker_events.iter().find_map(|e| match e {
@@ -236,12 +207,12 @@ fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
         pair.host_events.clear();
         pair.worker_events.clear();
         if round == 5_000 {
-            baseline = live();
+            baseline = alloc::live();
         }
     }
     assert_eq!(pair.host.in_flight(), 1, "only the stalled call is pending");
     let _ = stalled;
-    let growth = live().saturating_sub(baseline);
+    let growth = alloc::live().saturating_sub(baseline);
     assert!(
         growth < 512 * 1024,
         "host bookkeeping grew by {growth} bytes over {rounds} completed calls with 1 in flight"
@@ -268,10 +239,10 @@ fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
         pair.host_events.clear();
         pair.worker_events.clear();
         if round == 5_000 {
-            baseline = live();
+            baseline = alloc::live();
         }
     }
-    let growth = live().saturating_sub(baseline);
+    let growth = alloc::live().saturating_sub(baseline);
     assert!(growth < 512 * 1024, "grew by {growth} bytes");
 }
 
