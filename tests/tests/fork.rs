@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use airlock_host::Host;
 use airlock_protocol::frame::{Call, Frame};
 use airlock_protocol::{decode_frame, CallId};
+use airlock_test_support::hex;
 use airlock_tests::e2e::{rogue_host_in, ScratchDir};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
@@ -27,11 +28,8 @@ fn calls_received(log: &std::path::Path) -> Vec<(CallId, String)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter_map(|line| line.strip_prefix("< "))
-        .filter_map(|hex| {
-            let bytes: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect();
+        .filter_map(|digits| {
+            let bytes = hex::decode(digits).expect("the rogue logs frames in hex");
             match decode_frame(&bytes) {
                 Ok(Frame::Call(Call { id, body, .. })) => {
                     let text: ByteBuf =
