@@ -458,6 +458,7 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         }
         // ----- process -----
         "exit_mid_call" => std::process::exit(3),
+        "hang" => sleep_forever(),
         "return_then_exit" => {
             // An honest answer, then gone: the host reads the answer, then end of stream.
             rogue.answer(call);
