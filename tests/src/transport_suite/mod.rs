@@ -305,12 +305,9 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
 }
 
 /// One `#[tokio::test]` per case of the suite, against the fixture `$fixture`.
-///
-/// `close_known_broken = "reason"` marks the `close` case `#[ignore]` for a transport known to
-/// break it, with the reason shown by `cargo test -- --ignored`.
 #[macro_export]
 macro_rules! transport_suite {
-    ($fixture:expr $(, close_known_broken = $reason:literal)? $(,)?) => {
+    ($fixture:expr $(,)?) => {
         #[tokio::test]
         async fn frames_of_every_size_round_trip() {
             $crate::transport_suite::frames_of_every_size_round_trip(&$fixture).await;
@@ -338,7 +335,6 @@ macro_rules! transport_suite {
         }
 
         #[tokio::test]
-        $(#[ignore = $reason])?
         async fn close_ends_the_peer_stream() {
             $crate::transport_suite::close_ends_the_peer_stream(&$fixture).await;
         }
