@@ -67,7 +67,7 @@ pub use config::{
 pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
 };
-pub use error::{CallError, ExitInfo, LostReason, SpawnError};
+pub use error::{CallError, ExitInfo, LostReason, SpawnError, SpawnerError};
 pub use host::{Host, HostBuilder};
 pub use in_process::InProcess;
 pub use info::WorkerInfo;

@@ -263,7 +263,9 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
     if let Some(mut plan) = plan {
         crate::sys::run_before_exec(&mut command, move || plan.run());
     }
-    let spawned = crate::spawner::spawn(command).await;
+    let spawned = crate::spawner::spawn(command)
+        .await
+        .map_err(SpawnError::Spawner)?;
     let mut child = match (spawned, &prepared) {
         (Ok(child), _) => child,
         (Err(err), Some(prepared)) => return Err(explain_failure(prepared, err)),
@@ -516,6 +518,9 @@ async fn connect(
                 Err(AcceptError::Deadline { .. }) => {
                     Err(SpawnError::Handshake(crate::LostReason::HandshakeTimeout))
                 }
+                Err(AcceptError::Io(err)) => Err(SpawnError::Transport(err)),
+                // A kind of failure added to the socket transport later: its own error, kept
+                // whole as the source.
                 Err(other) => Err(SpawnError::Transport(std::io::Error::other(other))),
             }
         }
