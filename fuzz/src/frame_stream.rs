@@ -53,8 +53,8 @@ pub fn config() -> HostConfig {
     HostConfig::default()
         .max_frame(MIN_MAX_FRAME)
         .and_then(|c| c.max_in_flight(8))
-        .and_then(|c| c.max_progress_per_call(4))
         .expect("valid fuzz config")
+        .max_progress_per_call(4)
 }
 
 /// The input, split into its parts.

@@ -101,14 +101,14 @@ fn version_mismatch_is_refused_cleanly() {
 fn hello_without_the_expected_token_is_refused() {
     let token = [9u8; TOKEN_LEN];
     for presented in [None, Some(&[8u8; TOKEN_LEN][..])] {
-        let mut pair = Pair::new(HostConfig::default().token(token).unwrap(), &[]);
+        let mut pair = Pair::new(HostConfig::default().token(token), &[]);
         pair.inject(&hello_frame(PROTOCOL_VERSION, vec![], presented));
         assert_eq!(
             pair.close_reason(),
             Some(CloseReason::Refused(RefuseReason::BadToken))
         );
     }
-    let mut pair = Pair::new(HostConfig::default().token(token).unwrap(), &[]);
+    let mut pair = Pair::new(HostConfig::default().token(token), &[]);
     pair.inject(&hello_frame(PROTOCOL_VERSION, vec![], Some(&token)));
     assert!(pair.host.is_ready());
 }
@@ -309,7 +309,7 @@ fn late_return_after_cancel_is_discarded_once() {
 
 #[test]
 fn progress_is_delivered_then_over_quota_is_fatal() {
-    let config = HostConfig::default().max_progress_per_call(2).unwrap();
+    let config = HostConfig::default().max_progress_per_call(2);
     let mut pair = Pair::new(config, &["job"]);
     pair.pump();
     let id = pair.call("job", b"");

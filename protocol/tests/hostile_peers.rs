@@ -367,7 +367,7 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
 
 #[test]
 fn progress_quota_counts_cancelled_calls_and_is_exact() {
-    let config = HostConfig::default().max_progress_per_call(2).unwrap();
+    let config = HostConfig::default().max_progress_per_call(2);
     let mut pair = Pair::new(config, &["echo"]);
     pair.pump();
     let id = pair.call("echo", b"");
@@ -402,7 +402,7 @@ fn handshake_rules_hold() {
     };
     let fresh = || {
         HostSession::new(
-            HostConfig::default().token(token).unwrap(),
+            HostConfig::default().token(token),
             std::time::Instant::now(),
         )
     };
