@@ -29,11 +29,10 @@ fn sleep_method(worker: Worker) -> Worker {
     })
 }
 
-/// Worker side (serve.rs): a handler whose encoded response does not fit in `max_frame` makes
-/// `WorkerSession::reply_return` fail with `TooLarge`, and the serving loop discards that error
-/// (`let _ = ...`). The call never gets a terminal frame: the host waits for the whole deadline,
-/// then kills the worker, taking every sibling call with it. Safe: the worker answers with a
-/// `Fail` at once (THREAT-MODEL lesson 5, "silent loss").
+/// A handler whose encoded response does not fit in `max_frame` cannot be answered with it
+/// (`WorkerSession::reply_return` fails with `TooLarge`); the worker answers the call with a
+/// `Fail` at once. No call is left without a terminal frame: one would hold its caller to the
+/// deadline, and then the worker would be killed with every sibling call on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_handler_response_is_answered_not_dropped() {
     let builder = Host::builder("in-process")

@@ -45,7 +45,7 @@ fn host_wire(pair: &mut Pair) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: WorkerSession::handle_bytes throws away everything buffered behind the Welcome.
+// Frames that arrive in the same read as the Welcome are kept, not thrown away.
 
 /// The host sends `Welcome` and, as soon as it sees `Ready`, its first `Call`. A transport that
 /// batches frames (vectored writes) delivers both in one read. The worker must see the call.
@@ -107,7 +107,7 @@ fn worker_never_runs_a_call_the_host_did_not_send() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: Fail messages pass Unicode line separators and bidi controls.
+// A Fail message with Unicode line separators or bidi controls is refused.
 
 #[test]
 fn fail_message_with_unicode_line_separators_or_bidi_overrides_is_refused() {
@@ -155,7 +155,7 @@ fn remote_error_new_neutralises_unicode_line_separators_and_bidi_overrides() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: reply_fail is not size-checked; an honest long error kills the worker at MIN_MAX_FRAME.
+// An honest failure fits any valid max_frame: reply_fail bounds its message.
 
 #[test]
 fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
@@ -182,7 +182,7 @@ fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: the deadline heap grows with every call made while one older call is pending.
+// Deadline bookkeeping is bounded by the calls in flight, also while an older call stays pending.
 
 #[test]
 fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
@@ -219,7 +219,7 @@ fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
     );
 }
 
-/// Control for the test above (lesson 7: prove the measurement is live): the same traffic with
+/// Control for the test above (it shows the measurement sees the growth): the same traffic with
 /// no stalled call leaves the bookkeeping flat, so the growth above is the deadline heap.
 #[test]
 fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
@@ -247,8 +247,8 @@ fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: the worker's finished-id memory (4096) is smaller than a legal max_in_flight, so an
-// honest Cancel crossing the answer on the wire kills the worker.
+// An honest Cancel that crosses its call's answer on the wire never kills the worker, however
+// many calls a legal max_in_flight lets be in flight.
 
 #[test]
 fn honest_cancel_crossing_its_answer_never_kills_the_worker() {
@@ -277,7 +277,7 @@ fn honest_cancel_crossing_its_answer_never_kills_the_worker() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attacks that held up (these pass).
+// Other attacks, each refused.
 
 #[test]
 fn frames_behind_a_violation_in_the_same_read_reach_no_call() {

@@ -7,10 +7,11 @@ use airlock_protocol::frame::{self, Frame};
 use airlock_protocol::*;
 use support::Pair;
 
-/// Invisible characters that `airlock_codec::is_unsafe_in_text` once let through: all are
-/// Unicode format characters (general category Cf) or fillers that render as nothing, exactly
-/// the class the fix meant to refuse ("bidi and invisible format characters"). The fix is a
-/// hand-written denylist of ranges — THREAT-MODEL lesson 2: a denylist is fail-open.
+/// Invisible characters that `airlock_codec::is_unsafe_in_text` must refuse: all are Unicode
+/// format characters (general category Cf) or fillers that render as nothing, the class it is
+/// defined to refuse ("bidi and invisible format characters"). Each is named here, because a
+/// predicate written as a list of ranges fails open: a range left out lets its characters
+/// through.
 /// U+E0000–E007F are the "tag" characters used to smuggle hidden ASCII ("ASCII smuggling")
 /// into text that humans and log analysers read differently.
 pub const INVISIBLE: &[(char, &str)] = &[
