@@ -118,16 +118,7 @@ fn fail_message_with_unicode_line_separators_or_bidi_overrides_is_refused() {
         "user \u{2066}admin\u{2069} denied",           // LEFT-TO-RIGHT ISOLATE (Cf)
         "zero\u{200b}width\u{feff}",                   // ZWSP / BOM (Cf)
     ] {
-        let mut pair = Pair::ready(&["echo"]);
-        let id = pair.call("echo", b"");
-        pair.pump();
-        pair.inject_frame(&Frame::Fail(frame::Fail {
-            id,
-            method: "echo",
-            kind: ErrorKind::Handler.to_wire(),
-            message: hostile,
-            code: None,
-        }));
+        let (pair, id) = Pair::handler_failed_with(hostile);
         // Safe: either refused as a violation, or never delivered with those characters.
         for outcome in pair.outcome_of(id) {
             if let Outcome::Failed(err) = outcome {
@@ -160,9 +151,7 @@ fn remote_error_new_neutralises_unicode_line_separators_and_bidi_overrides() {
 #[test]
 fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
     let config = HostConfig::default().max_frame(MIN_MAX_FRAME).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
-    assert!(pair.host.is_ready());
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let id = pair.call("echo", b"");
     pair.pump();
     let err = RemoteError::new(ErrorKind::Handler, &"e".repeat(2 * MAX_ERROR_MESSAGE));
@@ -184,20 +173,13 @@ fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
 // ---------------------------------------------------------------------------------------------
 // Deadline bookkeeping is bounded by the calls in flight, also while an older call stays pending.
 
-#[test]
-fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
-    let mut pair = Pair::ready(&["echo"]);
-    // The worker holds one call and never answers it (within its 30 s deadline).
-    let stalled = pair.call("echo", b"");
-    pair.pump();
-    let _ = pair.worker_calls();
+/// Makes `rounds` calls that each complete at once, driven as a runtime drives them, and
+/// returns how many bytes this thread's live allocations grew by after the first 5,000.
+fn growth_over_completed_calls(pair: &mut Pair, rounds: u32) -> usize {
+    assert!(CountingAlloc::is_installed(), "nothing would be measured");
     let mut baseline = 0;
-    let rounds = 100_000;
     for round in 0..rounds {
-        let deadline = pair.now + Duration::from_secs(60);
-        pair.host
-            .begin_call("echo", Bytes::new(), deadline, &mut pair.rng)
-            .unwrap();
+        pair.call_with_deadline("echo", b"", pair.now + Duration::from_secs(60));
         pair.pump();
         for (id, _, _) in pair.worker_calls() {
             pair.worker.reply_return(id, Bytes::new()).unwrap();
@@ -210,39 +192,33 @@ fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
             baseline = alloc::live();
         }
     }
+    alloc::live().saturating_sub(baseline)
+}
+
+#[test]
+fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
+    let mut pair = Pair::ready(&["echo"]);
+    // The worker holds one call and never answers it (within its 30 s deadline).
+    let stalled = pair.call("echo", b"");
+    pair.pump();
+    let _ = pair.worker_calls();
+    let rounds = 100_000;
+    let growth = growth_over_completed_calls(&mut pair, rounds);
     assert_eq!(pair.host.in_flight(), 1, "only the stalled call is pending");
     let _ = stalled;
-    let growth = alloc::live().saturating_sub(baseline);
     assert!(
         growth < 512 * 1024,
         "host bookkeeping grew by {growth} bytes over {rounds} completed calls with 1 in flight"
     );
 }
 
-/// Control for the test above (it shows the measurement sees the growth): the same traffic with
-/// no stalled call leaves the bookkeeping flat, so the growth above is the deadline heap.
+/// Control for the test above: the same traffic without a stalled call stays within the same
+/// bound, so that bound is about what one stalled call adds (its deadline entry among all the
+/// others), not about the traffic.
 #[test]
 fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
     let mut pair = Pair::ready(&["echo"]);
-    let mut baseline = 0;
-    for round in 0..100_000 {
-        let deadline = pair.now + Duration::from_secs(60);
-        pair.host
-            .begin_call("echo", Bytes::new(), deadline, &mut pair.rng)
-            .unwrap();
-        pair.pump();
-        for (id, _, _) in pair.worker_calls() {
-            pair.worker.reply_return(id, Bytes::new()).unwrap();
-        }
-        pair.pump();
-        let _ = pair.host.poll_timeout();
-        pair.host_events.clear();
-        pair.worker_events.clear();
-        if round == 5_000 {
-            baseline = alloc::live();
-        }
-    }
-    let growth = alloc::live().saturating_sub(baseline);
+    let growth = growth_over_completed_calls(&mut pair, 100_000);
     assert!(growth < 512 * 1024, "grew by {growth} bytes");
 }
 
@@ -254,8 +230,7 @@ fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
 fn honest_cancel_crossing_its_answer_never_kills_the_worker() {
     let in_flight = 5_000u32;
     let config = HostConfig::default().max_in_flight(in_flight).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let ids: Vec<CallId> = (0..in_flight).map(|_| pair.call("echo", b"")).collect();
     pair.pump();
     assert_eq!(pair.worker_calls().len(), in_flight as usize);
@@ -337,10 +312,7 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
     let mut pair = Pair::ready(&["echo"]);
     let c = pair.call("echo", b"");
     let deadline2 = pair.now + DEADLINE + Duration::from_secs(10);
-    let d = pair
-        .host
-        .begin_call("echo", Bytes::new(), deadline2, &mut pair.rng)
-        .unwrap();
+    let d = pair.call_with_deadline("echo", b"", deadline2);
     pair.pump();
     assert!(pair.host.cancel(c));
     // Progress for the cancelled call is discarded (not delivered).
@@ -368,8 +340,7 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
 #[test]
 fn progress_quota_counts_cancelled_calls_and_is_exact() {
     let config = HostConfig::default().max_progress_per_call(2);
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let id = pair.call("echo", b"");
     pair.pump();
     for _ in 0..2 {

@@ -3,7 +3,6 @@
 
 mod support;
 
-use airlock_protocol::frame::{self, Frame};
 use airlock_protocol::*;
 use support::Pair;
 
@@ -39,16 +38,7 @@ fn a_fail_message_hiding_text_in_invisible_characters_is_refused() {
         .collect();
     for (c, name) in INVISIBLE {
         let message = format!("handler failed{c}{hidden}");
-        let mut pair = Pair::ready(&["echo"]);
-        let id = pair.call("echo", b"");
-        pair.pump();
-        pair.inject_frame(&Frame::Fail(frame::Fail {
-            id,
-            method: "echo",
-            kind: ErrorKind::Handler.to_wire(),
-            message: &message,
-            code: None,
-        }));
+        let (pair, id) = Pair::handler_failed_with(&message);
         let delivered = pair.outcome_of(id);
         assert_eq!(
             pair.violation(),
@@ -59,8 +49,8 @@ fn a_fail_message_hiding_text_in_invisible_characters_is_refused() {
     }
 }
 
-/// The worker side's sanitiser (`RemoteError::new`) has the same gap: it passes the same
-/// characters through, so an honest worker quoting hostile input forwards them too.
+/// The worker side's sanitiser (`RemoteError::new`) strips the same characters, so an honest
+/// worker quoting hostile input does not forward them.
 #[test]
 fn remote_error_new_strips_invisible_characters() {
     for (c, name) in INVISIBLE {
