@@ -8,19 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, InProcess};
-use airlock_protocol::{ErrorKind, HostConfig, Method};
+use airlock_protocol::{ErrorKind, HostConfig};
 use airlock_worker::builtin::{builtin_worker, Sleep, Sum};
 use airlock_worker::Worker;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_bytes::ByteBuf;
 
-/// A method whose handler answers `n` zero bytes.
-struct Big;
-impl Method for Big {
-    const NAME: &'static str = "big";
-    type Request = u32;
-    type Response = ByteBuf;
-}
+airlock_host::method!(
+    /// A method whose handler answers `n` zero bytes.
+    Big, "big", u32 => ByteBuf
+);
 
 fn sleep_method(worker: Worker) -> Worker {
     worker.method::<Sleep, _, _>(|millis| async move {
@@ -127,18 +124,12 @@ impl<'de> Deserialize<'de> for Trap {
         Ok(Trap(v))
     }
 }
-struct TrapHost;
-impl Method for TrapHost {
-    const NAME: &'static str = "trap";
-    type Request = u32;
-    type Response = u32;
-}
-struct TrapWorker;
-impl Method for TrapWorker {
-    const NAME: &'static str = "trap";
-    type Request = Trap;
-    type Response = u32;
-}
+airlock_host::method!(
+    TrapHost, "trap", u32 => u32
+);
+airlock_host::method!(
+    TrapWorker, "trap", Trap => u32
+);
 
 /// Worker side (handler.rs `erase_async`/`erase_blocking`): the request is decoded
 /// synchronously on the serving loop, outside the call's task, so a panic in the request
@@ -165,24 +156,15 @@ async fn a_panicking_request_decoder_is_a_panic_failure_not_a_dead_worker() {
     host.shutdown().await;
 }
 
-struct LieHost;
-impl Method for LieHost {
-    const NAME: &'static str = "lie";
-    type Request = ();
-    type Response = u64;
-}
-struct LieWorker;
-impl Method for LieWorker {
-    const NAME: &'static str = "lie";
-    type Request = ();
-    type Response = String;
-}
-struct After;
-impl Method for After {
-    const NAME: &'static str = "after";
-    type Request = ();
-    type Response = u64;
-}
+airlock_host::method!(
+    LieHost, "lie", () => u64
+);
+airlock_host::method!(
+    LieWorker, "lie", () => String
+);
+airlock_host::method!(
+    After, "after", () => u64
+);
 
 /// A response that does not decode is caught where its frame is accepted, with the method's
 /// own decoder, so the liar is cut off before the host takes another frame from it. Here it
@@ -224,12 +206,9 @@ async fn a_liar_is_cut_off_before_it_answers_a_sibling() {
     host.shutdown().await;
 }
 
-struct Busy;
-impl Method for Busy {
-    const NAME: &'static str = "busy";
-    type Request = u64;
-    type Response = ();
-}
+airlock_host::method!(
+    Busy, "busy", u64 => ()
+);
 
 /// Worker side (serve.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
 /// lives in the call's async task, which a `Cancel` aborts at once while the blocking handler

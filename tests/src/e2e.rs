@@ -46,6 +46,12 @@ fn built(package: &str, bin: &str, cell: &'static OnceLock<PathBuf>) -> PathBuf 
     .clone()
 }
 
+airlock_host::method!(
+    /// The bundled worker's `sum` (of a list of `i64`) with a byte string for its request, so a
+    /// test can send bytes that do not decode as the list (the worker answers `BadRequest`).
+    pub SumOfBytes, "sum", serde_bytes::ByteBuf => i64
+);
+
 /// The bundled `airlock-worker` binary.
 pub fn worker_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();
@@ -163,6 +169,12 @@ pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::Ca
         .await
         .map(|_| host.worker_pid().unwrap_or(0))
 }
+
+airlock_host::method!(
+    /// The `rogue-worker`'s `misbehave` method (in its `chaos` mode): the request names the
+    /// scenario to play.
+    pub Misbehave, "misbehave", String => ()
+);
 
 /// A host for the `rogue-worker`, under the default confinement.
 pub fn rogue_host() -> airlock_host::HostBuilder {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir};
+use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
@@ -390,12 +390,6 @@ async fn invariant_10_versions_are_checked_at_the_handshake() {
     ));
     // The worker decodes the host's requests with the same codec and budgets: a request that
     // does not decode as the method's type is refused there, as data.
-    struct SumOfBytes;
-    impl airlock_protocol::Method for SumOfBytes {
-        const NAME: &'static str = "sum";
-        type Request = ByteBuf;
-        type Response = i64;
-    }
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
     match host.call::<SumOfBytes>(&ByteBuf::from(vec![0x80])).await {
         Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::BadRequest),

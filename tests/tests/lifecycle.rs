@@ -6,8 +6,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
-use airlock_protocol::{ErrorKind, HostConfig, Method};
-use airlock_tests::e2e::{call_pid, process_alive, rogue_host_in, soon, worker_bin, ScratchDir};
+use airlock_protocol::{ErrorKind, HostConfig};
+use airlock_tests::e2e::{
+    call_pid, process_alive, rogue_host_in, soon, worker_bin, ScratchDir, SumOfBytes,
+};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };
@@ -22,21 +24,10 @@ fn fast_restarts(max_restarts: u32) -> RestartPolicy {
     }
 }
 
-/// A method the bundled worker does not serve.
-struct Missing;
-impl Method for Missing {
-    const NAME: &'static str = "no-such-method";
-    type Request = ();
-    type Response = ();
-}
-
-/// `sum` called with the wrong request type.
-struct SumOfBytes;
-impl Method for SumOfBytes {
-    const NAME: &'static str = "sum";
-    type Request = ByteBuf;
-    type Response = i64;
-}
+airlock_host::method!(
+    /// A method the bundled worker does not serve.
+    Missing, "no-such-method", () => ()
+);
 
 /// The rogue worker exits with code 3 on receiving a call, over every transport (the real
 /// worker SIGKILLed mid-call is `worker_killed_mid_call_...` in the macro below).

@@ -14,10 +14,12 @@ use airlock_host::{
 };
 use airlock_protocol::frame::{encode_frame, Call, Frame, Welcome};
 use airlock_protocol::{
-    decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
+    decode_frame, CallId, ErrorKind, HostConfig, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{rogue_host_in, process_alive, rogue_bin, session_of, soon, ScratchDir};
+use airlock_tests::e2e::{
+    process_alive, rogue_bin, rogue_host_in, session_of, soon, Misbehave, ScratchDir,
+};
 use airlock_test_support::alloc::{self, CountingAlloc};
 use airlock_test_support::{hex, varint, ChildMode};
 use airlock_tests::support::{STRIKES_AT_A_CALL, SURVIVABLE};
@@ -33,17 +35,6 @@ const ALLOC_BOUND: usize = 1 << 20;
 
 // ----- methods the rogue answers (it echoes every body, so each is the identity) -----
 
-macro_rules! method {
-    ($ty:ident, $name:literal, $req:ty => $resp:ty) => {
-        struct $ty;
-        impl Method for $ty {
-            const NAME: &'static str = $name;
-            type Request = $req;
-            type Response = $resp;
-        }
-    };
-}
-
 /// A recursive type: one level of nesting per byte on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Tree(Vec<Tree>);
@@ -55,10 +46,9 @@ enum Shape {
     Square(u32),
 }
 
-method!(Text, "text", String => String);
-method!(Trees, "tree", Tree => Tree);
-method!(Shapes, "shape", Shape => Shape);
-method!(Misbehave, "misbehave", String => ());
+airlock_host::method!(Text, "text", String => String);
+airlock_host::method!(Trees, "tree", Tree => Tree);
+airlock_host::method!(Shapes, "shape", Shape => Shape);
 
 // ----- the scene: one rogue host, its files, and what it left behind -----
 
