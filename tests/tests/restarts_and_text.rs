@@ -165,21 +165,9 @@ async fn worker_stderr_cannot_hide_text_in_the_host_log() {
         .env("PATH", "/usr/bin:/bin")
         .spawn()
         .await;
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let line = loop {
-        let found = captured
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("hidden-text-marker"))
-            .cloned();
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "the stderr line never arrived");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = captured
+        .first_line_containing("hidden-text-marker", Duration::from_secs(2))
+        .await;
     // tracing hands the formatted message over as `fmt::Arguments` (record_debug), whose
     // Debug is its Display: the characters appear raw if they were relayed raw.
     let found = tag_characters(&line);
