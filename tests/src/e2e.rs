@@ -113,6 +113,26 @@ pub fn soon(ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(ms)
 }
 
+/// A restart policy that replaces a lost worker at once (backoff 5 to 20 ms), up to
+/// `max_restarts` times a minute, so a test does not wait on restarts.
+pub fn fast_restarts(max_restarts: u32) -> airlock_host::RestartPolicy {
+    airlock_host::RestartPolicy {
+        max_restarts,
+        window: std::time::Duration::from_secs(60),
+        initial_backoff: std::time::Duration::from_millis(5),
+        max_backoff: std::time::Duration::from_millis(20),
+    }
+}
+
+/// Polls `done` every 5 ms until it is true; panics naming `what` once `limit` has passed.
+pub async fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "gave up waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// A fresh, empty directory for one test's files under the system temp directory, named
 /// `airlock-<label>-<random>`, removed with everything in it when dropped, except while the
 /// test panics: then it stays for the post-mortem and its path is printed. Named at random

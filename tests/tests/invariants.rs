@@ -6,9 +6,11 @@
 use std::time::{Duration, Instant};
 
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
-use airlock_host::{CallError, Host, LostReason, RestartPolicy, SpawnError};
+use airlock_host::{CallError, Host, LostReason, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes};
+use airlock_tests::e2e::{
+    fast_restarts, rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes,
+};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
@@ -22,12 +24,7 @@ fn rogue_in(dir: &std::path::Path, scenario: &str) -> airlock_host::HostBuilder 
 }
 
 fn rogue_with(host: airlock_host::HostBuilder, scenario: &str) -> airlock_host::HostBuilder {
-    host.arg(scenario).restart_policy(RestartPolicy {
-        max_restarts: 3,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    })
+    host.arg(scenario).restart_policy(fast_restarts(3))
 }
 
 fn payload(text: &str) -> ByteBuf {

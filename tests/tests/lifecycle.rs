@@ -8,21 +8,12 @@ use std::time::{Duration, Instant};
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, HostConfig};
 use airlock_tests::e2e::{
-    call_pid, process_alive, rogue_host_in, soon, worker_bin, ScratchDir, SumOfBytes,
+    call_pid, fast_restarts, process_alive, rogue_host_in, soon, worker_bin, ScratchDir, SumOfBytes,
 };
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };
 use serde_bytes::ByteBuf;
-
-fn fast_restarts(max_restarts: u32) -> RestartPolicy {
-    RestartPolicy {
-        max_restarts,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    }
-}
 
 airlock_host::method!(
     /// A method the bundled worker does not serve.

@@ -18,7 +18,8 @@ use airlock_protocol::{
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
 use airlock_tests::e2e::{
-    process_alive, rogue_bin, rogue_host_in, session_of, soon, Misbehave, ScratchDir,
+    fast_restarts, process_alive, rogue_bin, rogue_host_in, session_of, soon, wait_until, Misbehave,
+    ScratchDir,
 };
 use airlock_test_support::alloc::{self, CountingAlloc};
 use airlock_test_support::{hex, varint, ChildMode};
@@ -79,7 +80,7 @@ impl Scene {
             .env("ROGUE_PIDS", self.path("pids"))
             .env("ROGUE_PREDICTED", self.path("predicted"))
             .env("ROGUE_RELEASE", self.path("release"))
-            .restart_policy(fast_restarts())
+            .restart_policy(fast_restarts(5))
             .call_timeout(Duration::from_secs(5))
             // No cancel grace: a strike that makes a call miss its deadline takes the worker
             // down at the deadline itself, as these scenarios assert. The grace (a worker that
@@ -267,15 +268,6 @@ fn as_fail(payload: &[u8]) -> Option<(CallId, u8, String)> {
 
 // ----- common expectations -----
 
-fn fast_restarts() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 5,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    }
-}
-
 /// The body an honest worker returns for `payload`: its encoding.
 fn encoded(payload: &ByteBuf) -> Vec<u8> {
     airlock_codec::to_vec(payload).unwrap()
@@ -294,14 +286,6 @@ async fn await_reaped(pid: u32) {
         || !Path::new(&path).exists(),
     )
     .await;
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < limit, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// The call failed for the worker's violation `code`, and by the time it did, the worker was
@@ -1640,7 +1624,7 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
             .env("ROGUE_PIDS", scene.path("pids"))
             .restart_policy(RestartPolicy {
                 max_restarts: 100,
-                ..fast_restarts()
+                ..fast_restarts(5)
             })
             .call_timeout(Duration::from_secs(5)),
     )
