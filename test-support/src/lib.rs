@@ -1,10 +1,10 @@
 //! What airlock's test suites share, so that each helper exists once.
 //!
 //! The codec, the protocol and the end-to-end suites all measure allocations, write and read
-//! hex, build and read LEB128 varints, and run part of a test in a process of its own. This
-//! crate holds one copy of each. It depends on no airlock crate (on nothing at all), so every
-//! crate of the workspace, the codec at the bottom included, can dev-depend on it; it is not
-//! published.
+//! hex, build and read LEB128 varints, and run part of a test in a process of its own; the
+//! benchmarks decode one table. This crate holds one copy of each. It depends on no airlock
+//! crate (only on serde), so every crate of the workspace, the codec at the bottom included,
+//! can dev-depend on it; it is not published.
 //!
 //! - [`alloc`]: [`CountingAlloc`], a global allocator that counts each thread's live bytes,
 //!   their high-water mark and its largest single allocation.
@@ -12,6 +12,7 @@
 //! - [`varint`]: `u64` as postcard's LEB128 varint, and a deliberately trusting reader of one.
 //! - [`child`]: [`ChildMode`], a test that re-runs its own test binary for itself alone, to do
 //!   in a fresh process what would kill or taint the test process.
+//! - [`table`]: the rows the codec's benchmarks decode.
 //!
 //! ```
 //! use airlock_test_support::{hex, varint};
@@ -28,6 +29,7 @@
 pub mod alloc;
 pub mod child;
 pub mod hex;
+pub mod table;
 pub mod varint;
 
 pub use alloc::CountingAlloc;
