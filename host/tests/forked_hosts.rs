@@ -4,10 +4,10 @@
 //! `fork`/`waitpid` have no safe wrapper here: this file allows `unsafe` for them alone.
 #![allow(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_host::Host;
-use airlock_test_support::ChildMode;
+use airlock_test_support::child::{wait_for_forked, ChildMode};
 
 /// Every spawn is a job sent to one process-wide spawner thread (host/src/spawner.rs). After a
 /// `fork()` (a pre-fork server, a daemonising application) the child inherits the handle to
@@ -52,29 +52,11 @@ fn spawning_in_a_forked_child_does_not_hang() {
         // SAFETY: ends the forked child without running the parent's atexit handlers.
         unsafe { libc::_exit(code) };
     }
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for the child this test forked, by its pid.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: kills and reaps the child this test forked, by its pid.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the forked child never finished");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    let code = wait_for_forked(pid, Duration::from_secs(8), "the forked child");
     assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "Host::spawn in a forked child hung (1) or panicked (2)"
+        code,
+        Some(0),
+        "Host::spawn in a forked child hung (1), panicked (2) or was killed (None)"
     );
 }
 

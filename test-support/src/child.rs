@@ -29,6 +29,7 @@
 //! ```
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The environment variable that starts a test in child mode; its value is the test's full
 /// name, so a child that runs other tests by mistake finds none of them in child mode.
@@ -96,6 +97,28 @@ impl ChildMode {
     }
 }
 
+/// Waits for `pid`, a process this test forked, to end, polling every 20 ms for at most
+/// `limit`. Past that the process is SIGKILLed and reaped, and this panics saying that `what`
+/// never finished. Returns the exit code, or `None` if a signal ended the process.
+pub fn wait_for_forked(pid: i32, limit: Duration, what: &str) -> Option<i32> {
+    use rustix::process::{kill_process, waitpid, Pid, Signal, WaitOptions};
+    let pid = Pid::from_raw(pid).expect("a forked child's pid is positive");
+    let deadline = Instant::now() + limit;
+    loop {
+        match waitpid(Some(pid), WaitOptions::NOHANG) {
+            Ok(Some((_, status))) => return status.exit_status(),
+            Ok(None) => {}
+            Err(err) => panic!("cannot wait for {what} (pid {pid:?}): {err}"),
+        }
+        if Instant::now() > deadline {
+            let _ = kill_process(pid, Signal::KILL);
+            let _ = waitpid(Some(pid), WaitOptions::empty());
+            panic!("{what} never finished");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +147,29 @@ mod tests {
         // Live: output without the marker (another test's, or none) is not taken as a run.
         assert!(!child.ran(b"test other ... ok\n"));
         assert!(!ChildMode::of(module_path!(), "other").ran(&output.stdout));
+    }
+
+    fn spawned(script: &str) -> i32 {
+        let child = Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
+        i32::try_from(child.id()).unwrap()
+    }
+
+    #[test]
+    fn a_forked_process_that_exits_gives_its_exit_code() {
+        let pid = spawned("exit 3");
+        assert_eq!(wait_for_forked(pid, Duration::from_secs(10), "sh"), Some(3));
+    }
+
+    #[test]
+    fn a_forked_process_killed_by_a_signal_gives_none() {
+        let pid = spawned("kill -9 $$");
+        assert_eq!(wait_for_forked(pid, Duration::from_secs(10), "sh"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "the sleeper never finished")]
+    fn a_forked_process_past_its_limit_is_killed_and_the_wait_panics() {
+        let pid = spawned("exec sleep 30");
+        wait_for_forked(pid, Duration::from_millis(50), "the sleeper");
     }
 }
