@@ -149,8 +149,13 @@ mod tests {
         assert!(!ChildMode::of(module_path!(), "other").ran(&output.stdout));
     }
 
+    // The child is reaped by `wait_for_forked`, through its pid: that is what is under test.
+    #[allow(clippy::zombie_processes)]
     fn spawned(script: &str) -> i32 {
-        let child = Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
+        let child = Command::new("/bin/sh")
+            .args(["-c", script])
+            .spawn()
+            .unwrap();
         i32::try_from(child.id()).unwrap()
     }
 
