@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use airlock_host::{Confinement, Host, HostConfig, TransportChoice};
-use serde::{Deserialize, Serialize};
+
 use serde_bytes::ByteBuf;
 use tokio::runtime::Runtime;
 
@@ -550,17 +550,18 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
                 Box::new(|| {
                     let started = std::time::Instant::now();
                     for _ in 0..decodes {
-                        std::hint::black_box(airlock_codec::from_slice::<Vec<TableRow>>(
-                            &rows_bytes,
-                            &limits,
-                        )?);
+                        std::hint::black_box(airlock_codec::from_slice::<
+                            Vec<airlock_test_support::table::Row>,
+                        >(&rows_bytes, &limits)?);
                     }
                     Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
                 }),
                 Box::new(|| {
                     let started = std::time::Instant::now();
                     for _ in 0..decodes {
-                        std::hint::black_box(postcard::from_bytes::<Vec<TableRow>>(&rows_bytes)?);
+                        std::hint::black_box(postcard::from_bytes::<
+                            Vec<airlock_test_support::table::Row>,
+                        >(&rows_bytes)?);
                     }
                     Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
                 }),
@@ -570,27 +571,9 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     interleave(measured, scale.reps)
 }
 
-/// A row of the codec's table: the same shape as the codec crate's own criterion bench.
-#[derive(Serialize, Deserialize)]
-struct TableRow {
-    id: u64,
-    name: String,
-    score: f64,
-    tags: [String; 3],
-    active: bool,
-}
-
+/// The codec crate's benchmark table, encoded.
 fn codec_table() -> Vec<u8> {
-    let rows: Vec<TableRow> = (0..100_000u64)
-        .map(|i| TableRow {
-            id: i * 7919,
-            name: format!("customer-{i:07}"),
-            score: i as f64 * 0.25,
-            tags: ["alpha".into(), format!("t{}", i % 13), "omega".into()],
-            active: i % 3 == 0,
-        })
-        .collect();
-    postcard::to_allocvec(&rows).unwrap_or_default()
+    postcard::to_allocvec(&airlock_test_support::table::rows()).unwrap_or_default()
 }
 
 /// Restricts this process, and so every thread and child it starts, to one CPU.

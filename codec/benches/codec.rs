@@ -8,45 +8,11 @@
 use std::hint::black_box;
 
 use airlock_codec::{from_slice, to_vec, Limits};
+use airlock_test_support::table::{self, BorrowedRow, Row};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use serde::{Deserialize, Serialize};
-
-#[derive(Serialize, Deserialize)]
-struct Row {
-    id: u64,
-    name: String,
-    score: f64,
-    tags: [String; 3],
-    active: bool,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct BorrowedRow<'a> {
-    id: u64,
-    name: &'a str,
-    score: f64,
-    tags: [&'a str; 3],
-    active: bool,
-}
-
-const ROWS: usize = 100_000;
-
-fn table() -> Vec<u8> {
-    let rows: Vec<Row> = (0..ROWS as u64)
-        .map(|i| Row {
-            id: i * 7919,
-            name: format!("customer-{i:07}"),
-            score: i as f64 * 0.25,
-            tags: ["alpha".into(), format!("t{}", i % 13), "omega".into()],
-            active: i % 3 == 0,
-        })
-        .collect();
-    to_vec(&rows).unwrap()
-}
 
 fn bench_table(c: &mut Criterion) {
-    let bytes = table();
+    let bytes = to_vec(&table::rows()).unwrap();
     let limits = Limits::default();
     let mut group = c.benchmark_group("table_100k_rows");
     group.sample_size(20);

@@ -11,32 +11,19 @@
 use airlock_codec::{from_slice, DecodeError, Limits, Value, INPUT_BYTES_PER_PREALLOC_SLOT};
 use serde::Deserialize;
 
-mod common;
-
-use common::{peak_allocated, varint};
+use airlock_test_support::alloc::{peak_allocated, CountingAlloc};
+use airlock_test_support::varint;
 
 #[global_allocator]
-static ALLOCATOR: common::Counting = common::Counting;
-
-/// Reads one LEB128 varint the trusting way: no overlong or overflow checks.
-fn naive_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, &b) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((value, &bytes[i + 1..]));
-        }
-    }
-    None
-}
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// The decoder an allocation bomb is aimed at: it sizes its buffer from the count prefix, the
 /// way a hand-rolled parser does (`Vec::with_capacity(len)`), then reads the elements.
 fn naive_vec_u64(bytes: &[u8]) -> Option<(Vec<u64>, &[u8])> {
-    let (count, mut rest) = naive_varint(bytes)?;
+    let (count, mut rest) = varint::read_unchecked(bytes)?;
     let mut out = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let (v, r) = naive_varint(rest)?;
+        let (v, r) = varint::read_unchecked(rest)?;
         out.push(v);
         rest = r;
     }
@@ -45,7 +32,7 @@ fn naive_vec_u64(bytes: &[u8]) -> Option<(Vec<u64>, &[u8])> {
 
 /// [`naive_vec_u64`] for `Vec<Vec<u64>>`.
 fn naive_vec_vec_u64(bytes: &[u8]) -> Option<Vec<Vec<u64>>> {
-    let (count, mut rest) = naive_varint(bytes)?;
+    let (count, mut rest) = varint::read_unchecked(bytes)?;
     let mut out = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let (v, r) = naive_vec_u64(rest)?;
@@ -58,7 +45,7 @@ fn naive_vec_vec_u64(bytes: &[u8]) -> Option<Vec<Vec<u64>>> {
 #[test]
 fn length_prefix_beyond_input_allocates_nothing() {
     // A million u64s promised in three bytes.
-    let bomb = varint(1_000_000);
+    let bomb = varint::encode(1_000_000);
     assert_eq!(bomb.len(), 3);
 
     // The attack is live: a decoder that trusts the prefix reserves 8 MB for three bytes.
@@ -87,9 +74,9 @@ fn length_prefix_beyond_input_allocates_nothing() {
 #[test]
 fn nested_count_bombs_allocate_in_proportion_to_input() {
     // Every inner list claims 100,000 elements and delivers one.
-    let mut bytes = varint(1000);
+    let mut bytes = varint::encode(1000);
     for _ in 0..1000 {
-        bytes.extend(varint(100_000));
+        bytes.extend(varint::encode(100_000));
         bytes.push(7);
     }
 
@@ -123,7 +110,7 @@ fn nested_count_bombs_allocate_in_proportion_to_input() {
 
 #[test]
 fn value_count_bomb_allocates_in_proportion_to_input() {
-    let bomb = [&[0x08][..], &varint(1_000_000)].concat();
+    let bomb = [&[0x08][..], &varint::encode(1_000_000)].concat();
     assert!(matches!(
         Value::from_slice(&[0x08, 0x01, 0x00], &Limits::default()),
         Ok(Value::List(_))
@@ -131,7 +118,7 @@ fn value_count_bomb_allocates_in_proportion_to_input() {
 
     // The attack is live: a list decoder that trusts the count reserves a million values.
     let (_, naive_peak) = peak_allocated(|| {
-        let (count, _) = naive_varint(&bomb[1..]).unwrap();
+        let (count, _) = varint::read_unchecked(&bomb[1..]).unwrap();
         Vec::<Value>::with_capacity(count as usize)
     });
     assert!(naive_peak >= 1_000_000 * std::mem::size_of::<Value>());
@@ -160,7 +147,7 @@ fn prealloc_bound(input_len: usize, slot: usize) -> usize {
 fn large_elements_preallocate_at_most_one_slot_per_sixteen_input_bytes() {
     // 300 elements of 4 KiB claimed, 300 bytes delivered: not even one element's worth (an
     // element takes at least 512 bytes), so an honest decode would hold nothing.
-    let mut bomb = varint(300);
+    let mut bomb = varint::encode(300);
     bomb.resize(302, 0);
     assert_eq!(std::mem::size_of::<Big>(), 4096);
 
@@ -214,7 +201,7 @@ fn recursive_large_elements_share_one_preallocation_budget() {
     // pre-allocation.
     let mut bomb = Vec::new();
     for _ in 0..15 {
-        bomb.extend(varint(claim));
+        bomb.extend(varint::encode(claim));
         bomb.push(1);
     }
     bomb.resize(5000, 0xff);
@@ -256,7 +243,7 @@ fn honest_large_sequence_gets_its_whole_hint() {
 fn a_hash_map_reserves_nothing_ahead_of_its_entries() {
     use std::collections::HashMap;
     // 225 entries claimed, room for seven (a key byte and 512 one-byte varints each).
-    let mut bomb = varint(225);
+    let mut bomb = varint::encode(225);
     bomb.extend(std::iter::repeat_n(0u8, 3600));
 
     // Live: given the claimed count as a hint, a hash map reserves a power-of-two bucket table
@@ -285,7 +272,7 @@ fn value_maps_are_charged_for_their_tree_nodes() {
     // A list of 20,000 one-entry maps {0: null}: five bytes each.
     let maps = 20_000;
     let mut bomb = vec![0x08];
-    bomb.extend(varint(maps));
+    bomb.extend(varint::encode(maps));
     for _ in 0..maps {
         bomb.extend([0x09, 0x01, 0x04, 0x00, 0x00]);
     }
@@ -341,10 +328,10 @@ fn from_value_reserves_nothing_from_a_lists_length() {
 
 #[test]
 fn value_lists_keep_no_growth_slack() {
-    use common::retained_by;
+    use airlock_test_support::alloc::retained_by;
     // 65 chains of 62 one-element lists, each ending in null: 4,095 items, 8,127 bytes.
     let mut bomb = vec![0x08];
-    bomb.extend(varint(65));
+    bomb.extend(varint::encode(65));
     for _ in 0..65 {
         for _ in 0..62 {
             bomb.extend([0x08, 0x01]);

@@ -6,12 +6,11 @@
 use airlock_codec::{from_slice, to_vec, DecodeError, Limits, DEFAULT_MAX_ITEMS};
 use serde::{Deserialize, Serialize};
 
-mod common;
-
-use common::{peak_allocated, varint};
+use airlock_test_support::alloc::{peak_allocated, CountingAlloc};
+use airlock_test_support::varint::encode as varint;
 
 #[global_allocator]
-static ALLOCATOR: common::Counting = common::Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// The payload. Its encoding is four bytes longer (the length prefix), so the test raises
 /// `max_bytes` by that much, as the host and worker do by deriving their byte budgets from the

@@ -2,14 +2,12 @@
 //! stack is 64 KiB. The attack is first shown to be live: the same bytes overflow the stack of a
 //! plain postcard decode, which kills its process (so that part runs in a child process).
 
-use std::process::Command;
-
 use airlock_codec::{from_slice, DecodeError, Limits, Value, DEFAULT_MAX_DEPTH};
+use airlock_test_support::ChildMode;
 use serde::Deserialize;
 
 const SMALL_STACK: usize = 64 * 1024;
 const HOSTILE_LEVELS: usize = 200_000;
-const PROBE_ENV: &str = "AIRLOCK_DEPTH_PROBE";
 
 /// A recursive type: each level is a newtype around an option.
 #[derive(Deserialize, Debug)]
@@ -39,38 +37,34 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .unwrap()
 }
 
-/// Runs in a child process only (see below): decodes the hostile bytes with plain postcard on a
-/// small stack, which is expected to abort the process.
-#[test]
-#[ignore = "child-process probe, run by nesting_over_max_depth_is_refused_on_small_stack"]
-fn depth_probe_child() {
-    if std::env::var_os(PROBE_ENV).is_none() {
-        return;
-    }
+/// Decodes the hostile bytes with plain postcard on a small stack, which overflows it and
+/// aborts the process: the child's part of the test below.
+fn plain_postcard_on_small_stack() {
     on_small_stack(|| {
         let bytes = typed_nest(HOSTILE_LEVELS);
         let _ = postcard::from_bytes::<Nest>(&bytes);
     });
-    println!("probe survived");
+    println!("plain postcard survived");
 }
 
 #[test]
 fn nesting_over_max_depth_is_refused_on_small_stack() {
-    // 1. The attack is live: plain postcard recurses once per level and overflows the stack.
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "depth_probe_child",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env(PROBE_ENV, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&child.stderr);
+    // 1. The attack is live: plain postcard recurses once per level and overflows the stack,
+    // which aborts its process, so that part runs in a child: this test, re-run alone.
+    let child = ChildMode::of(
+        module_path!(),
+        "nesting_over_max_depth_is_refused_on_small_stack",
+    );
+    if child.in_child() {
+        plain_postcard_on_small_stack();
+        return;
+    }
+    let output = child.command().output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(child.ran(&output.stdout), "the child never ran: {output:?}");
     assert!(
-        !child.status.success(),
-        "plain postcard survived: {child:?}"
+        !output.status.success(),
+        "plain postcard survived: {output:?}"
     );
     assert!(
         stderr.contains("overflowed its stack"),

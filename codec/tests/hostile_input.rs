@@ -7,18 +7,15 @@ use airlock_codec::{from_slice, from_value, to_vec, DecodeError, Limits, Value};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
-// ---------------------------------------------------------------------------------------------
-// A per-thread counting allocator (same technique as tests/allocation.rs).
-
-mod common;
-
-use common::{peak_allocated, varint};
+use airlock_test_support::alloc::{peak_allocated, CountingAlloc};
+use airlock_test_support::varint;
 
 #[global_allocator]
-static ALLOCATOR: common::Counting = common::Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 // ---------------------------------------------------------------------------------------------
-// Finding: open containers each pre-allocate against the SAME remaining input.
+// Containers open at once share what the remaining input can back: their pre-allocation is
+// bounded by the input once, not once per open container.
 
 /// 64 nested list headers, each claiming `count` elements, followed by `pad` bytes of input that
 /// no list ever gets to read (the innermost list's first element is a bad tag). Every one of the
@@ -31,7 +28,7 @@ fn value_open_lists_do_not_preallocate_depth_times_the_input() {
     let mut bytes = Vec::new();
     for _ in 0..depth {
         bytes.push(0x08);
-        bytes.extend(varint(count));
+        bytes.extend(varint::encode(count));
     }
     bytes.extend(std::iter::repeat_n(0xffu8, 16_000));
 
@@ -59,7 +56,7 @@ fn typed_open_vecs_do_not_preallocate_depth_times_the_input() {
     let count = 32_000u64; // 32 × 32,000 = 1,024,000 ≤ DEFAULT_MAX_ITEMS
     let mut bytes = Vec::new();
     for _ in 0..levels {
-        bytes.extend(varint(count));
+        bytes.extend(varint::encode(count));
     }
     bytes.extend(std::iter::repeat_n(0u8, 32_000));
 
@@ -78,7 +75,7 @@ fn typed_open_vecs_do_not_preallocate_depth_times_the_input() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: DecodeError::Custom quotes hostile input verbatim, control characters included.
+// An error that quotes the input (`DecodeError::Custom`) carries no control characters from it.
 
 #[derive(Deserialize, Debug, PartialEq)]
 enum Shape {
@@ -102,8 +99,8 @@ fn decode_error_messages_carry_no_control_characters_from_the_input() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Informational, decided: typed maps follow the target type (serde: the last duplicate wins);
-// `Value` maps refuse duplicates. Documented in the crate docs; pinned here.
+// Typed maps follow the target type (serde: the last duplicate wins); `Value` maps refuse
+// duplicates. Documented in the crate docs; pinned here.
 
 #[test]
 fn typed_map_duplicate_keys_follow_the_target_type_and_value_refuses_them() {
@@ -120,7 +117,7 @@ fn typed_map_duplicate_keys_follow_the_target_type_and_value_refuses_them() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attacks that held up (these pass).
+// Other hostile inputs, each refused.
 
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
 enum Tag {
@@ -258,7 +255,7 @@ fn varint_edges_are_strict() {
     assert_eq!(from_slice::<char>(&[0], &l), Err(DecodeError::InvalidChar));
     // Vec<()> with a huge count only costs item budget, refused up front.
     assert!(matches!(
-        from_slice::<Vec<()>>(&varint(DEFAULT_ITEMS_PLUS_ONE), &l),
+        from_slice::<Vec<()>>(&varint::encode(DEFAULT_ITEMS_PLUS_ONE), &l),
         Err(DecodeError::ItemLimit { .. })
     ));
 }

@@ -5,32 +5,19 @@
 use airlock_codec::{from_slice, to_vec, DecodeError, Key, Limits, Value};
 use serde::{Deserialize, Serialize};
 
-mod common;
-
-use common::{peak_allocated, varint};
+use airlock_test_support::alloc::{peak_allocated, CountingAlloc};
+use airlock_test_support::varint;
 
 #[global_allocator]
-static ALLOCATOR: common::Counting = common::Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
-// A trusting decoder, written the way hand-rolled parsers commonly are, so each rule's test can
-// show what its hostile bytes do when nothing checks them.
-
-/// Reads an unsigned LEB128 varint with no width or canonical-form check: groups past bit 63
-/// are shifted out silently.
-fn naive_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, &b) in bytes.iter().enumerate() {
-        value |= u64::from(b & 0x7f).wrapping_shl(7 * i as u32);
-        if b & 0x80 == 0 {
-            return Some((value, &bytes[i + 1..]));
-        }
-    }
-    None
-}
+// Trusting decoders, written the way hand-rolled parsers commonly are (their varints read with
+// `varint::read_unchecked`), so each rule's test can show what its hostile bytes do when nothing
+// checks them.
 
 /// Reads a string by reserving the length its prefix claims, then copying what follows.
 fn naive_string(bytes: &[u8]) -> Option<String> {
-    let (len, rest) = naive_varint(bytes)?;
+    let (len, rest) = varint::read_unchecked(bytes)?;
     let mut out = Vec::with_capacity(len as usize);
     out.extend_from_slice(rest.get(..len as usize)?);
     String::from_utf8(out).ok()
@@ -96,7 +83,7 @@ fn string_over_max_len_is_refused() {
 fn string_length_prefix_beyond_input_is_refused() {
     // The attack is live: an 8 MiB string (under `max_len`) claimed in five bytes makes a
     // decoder that trusts the prefix reserve 8 MiB before it finds one byte behind it.
-    let mut claim = varint(1 << 23);
+    let mut claim = varint::encode(1 << 23);
     claim.push(b'x');
     let (naive, naive_peak) = peak_allocated(|| naive_string(&claim));
     assert_eq!(naive, None);
@@ -114,7 +101,7 @@ fn string_length_prefix_beyond_input_is_refused() {
 
     // Claims a 1 TiB string in six bytes (too large to demonstrate: the naive reservation would
     // abort the test process).
-    let mut bomb = varint(1 << 40);
+    let mut bomb = varint::encode(1 << 40);
     bomb.push(b'x');
     assert_eq!(
         from_slice::<String>(&bomb, &Limits::default().max_len(usize::MAX)),
@@ -133,7 +120,7 @@ fn string_length_prefix_beyond_input_is_refused() {
 fn item_budget_counts_zero_sized_elements() {
     // Ten million unit elements cost the sender three bytes; a plain decoder does ten million
     // steps of work for them.
-    let bomb = varint(10_000_000);
+    let bomb = varint::encode(10_000_000);
     assert_eq!(bomb.len(), 4);
     assert_eq!(
         postcard::from_bytes::<Vec<()>>(&bomb).unwrap().len(),
@@ -144,11 +131,11 @@ fn item_budget_counts_zero_sized_elements() {
         Err(DecodeError::ItemLimit { max: 1024 * 1024 })
     );
     // Just under the budget is fine.
-    let ok = varint(1000);
+    let ok = varint::encode(1000);
     let limits = Limits::default().max_items(1000);
     assert_eq!(from_slice::<Vec<()>>(&ok, &limits).unwrap().len(), 1000);
     assert_eq!(
-        from_slice::<Vec<()>>(&varint(1001), &limits),
+        from_slice::<Vec<()>>(&varint::encode(1001), &limits),
         Err(DecodeError::ItemLimit { max: 1000 })
     );
 }
@@ -312,7 +299,7 @@ fn option_tag_other_than_zero_or_one_is_refused() {
 
 #[test]
 fn enum_tag_out_of_range_is_refused() {
-    let bytes = varint(3);
+    let bytes = varint::encode(3);
     assert!(postcard::from_bytes::<Colour>(&bytes).is_err());
     assert_eq!(
         from_slice::<Colour>(&bytes, &Limits::default()),
@@ -322,14 +309,14 @@ fn enum_tag_out_of_range_is_refused() {
         })
     );
     assert_eq!(
-        from_slice::<Colour>(&varint(u64::from(u32::MAX)), &Limits::default()),
+        from_slice::<Colour>(&varint::encode(u64::from(u32::MAX)), &Limits::default()),
         Err(DecodeError::BadEnumTag {
             tag: u32::MAX,
             variants: 3
         })
     );
     assert_eq!(
-        from_slice::<Colour>(&varint(1 << 32), &Limits::default()),
+        from_slice::<Colour>(&varint::encode(1 << 32), &Limits::default()),
         Err(DecodeError::VarintOverflow)
     );
     assert_eq!(
@@ -375,10 +362,10 @@ fn overlong_varint_is_refused() {
 #[test]
 fn overflowing_varint_is_refused() {
     // u16::MAX + 1 needs 17 bits.
-    let over_u16 = varint(1 << 16);
+    let over_u16 = varint::encode(1 << 16);
     // Hostile: a trusting decoder narrows it with `as` and gets 0, a value the sender never
     // wrote (its encoding is `00`).
-    let (wide, _) = naive_varint(&over_u16).unwrap();
+    let (wide, _) = varint::read_unchecked(&over_u16).unwrap();
     assert_eq!(wide as u16, 0);
     assert_ne!(to_vec(&(wide as u16)).unwrap(), over_u16);
     assert_eq!(
@@ -389,7 +376,7 @@ fn overflowing_varint_is_refused() {
         from_slice::<u32>(&over_u16, &Limits::default()),
         Ok(1 << 16)
     );
-    let over_u32 = varint(1 << 32);
+    let over_u32 = varint::encode(1 << 32);
     assert_eq!(
         from_slice::<u32>(&over_u32, &Limits::default()),
         Err(DecodeError::VarintOverflow)
@@ -405,9 +392,9 @@ fn overflowing_varint_is_refused() {
     // Hostile: a trusting decoder shifts the excess bits out (or wraps them round) and accepts
     // both as some u64 whose real encoding is other bytes.
     for bytes in [&eleven, &ten] {
-        let (value, rest) = naive_varint(bytes).unwrap();
+        let (value, rest) = varint::read_unchecked(bytes).unwrap();
         assert!(rest.is_empty());
-        assert_ne!(&varint(value), bytes, "{value:#x}");
+        assert_ne!(&varint::encode(value), bytes, "{value:#x}");
     }
     assert_eq!(
         from_slice::<u64>(&eleven, &Limits::default()),
@@ -544,7 +531,7 @@ fn value_duplicate_map_key_is_refused() {
 
 #[test]
 fn value_list_count_beyond_input_is_refused() {
-    let bomb = [&[0x08][..], &varint(1_000_000)].concat();
+    let bomb = [&[0x08][..], &varint::encode(1_000_000)].concat();
     assert_eq!(
         Value::from_slice(&bomb, &Limits::default()),
         Err(DecodeError::UnexpectedEnd {
@@ -552,7 +539,7 @@ fn value_list_count_beyond_input_is_refused() {
             remaining: 0
         })
     );
-    let bomb = [&[0x08][..], &varint(u64::MAX)].concat();
+    let bomb = [&[0x08][..], &varint::encode(u64::MAX)].concat();
     assert_eq!(
         Value::from_slice(&bomb, &Limits::default()),
         Err(DecodeError::ItemLimit { max: 1024 * 1024 })

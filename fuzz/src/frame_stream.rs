@@ -53,8 +53,8 @@ pub fn config() -> HostConfig {
     HostConfig::default()
         .max_frame(MIN_MAX_FRAME)
         .and_then(|c| c.max_in_flight(8))
-        .and_then(|c| c.max_progress_per_call(4))
         .expect("valid fuzz config")
+        .max_progress_per_call(4)
 }
 
 /// The input, split into its parts.
@@ -197,7 +197,11 @@ pub fn check_frame_stream(data: &[u8]) -> Report {
         rest = tail;
     }
     if script.flags & EXPIRE != 0 {
+        // The deadline (calls time out and are cancelled), then the end of the cancel grace
+        // (a call still owed closes the session).
         host.handle_timeout(now + DEADLINE);
+        drain(&mut host, &mut events);
+        host.handle_timeout(now + DEADLINE + config().cancel_grace_limit());
     }
     host.handle_eof();
     drain(&mut host, &mut events);

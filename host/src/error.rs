@@ -228,6 +228,10 @@ pub enum SpawnError {
     /// `PoolBuilder::size(0)`: a pool needs at least one worker.
     #[error("a Pool needs at least one worker: set PoolBuilder::size to 1 or more")]
     EmptyPool,
+    /// airlock's spawner thread, from which every worker is forked, did not take or answer
+    /// the spawn. Not a fault of the worker program; the next spawn starts a fresh thread.
+    #[error("airlock's spawner thread failed: {0}")]
+    Spawner(#[source] SpawnerError),
     /// The task supervising the worker ended before it reported whether the worker started:
     /// the tokio runtime it ran on is shutting down, or the task panicked (a defect in airlock).
     #[error("the worker's supervisor task ended before the worker was ready (is the runtime shutting down?)")]
@@ -375,4 +379,32 @@ impl std::error::Error for HandshakeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.reason)
     }
+}
+
+/// Why airlock's spawner thread did not fork a worker (see [`SpawnError::Spawner`]).
+///
+/// Every worker is forked from a dedicated thread that lives as long as the process, so that
+/// the worker's parent-death signal means "the host process died". These are that thread's
+/// own failures, apart from the program's ([`SpawnError::Exec`]).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SpawnerError {
+    /// The operating system would not start the thread.
+    #[error("the spawner thread could not be started: {0}")]
+    Start(#[source] std::io::Error),
+    /// The thread started but did not report itself ready in time.
+    #[error("the spawner thread did not start in time")]
+    StartTimeout,
+    /// A thread panicked while holding the spawner's lock.
+    #[error("the spawner lock is poisoned")]
+    Poisoned,
+    /// The thread is gone: it took no job.
+    #[error("the spawner thread is gone")]
+    Gone,
+    /// The thread took the job and dropped it without an answer.
+    #[error("the spawner thread dropped the spawn")]
+    Dropped,
+    /// The thread took the job and did not answer in time.
+    #[error("the spawner thread did not answer in time")]
+    NoAnswer,
 }

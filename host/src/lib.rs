@@ -105,7 +105,7 @@ pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
 };
 pub use error::{
-    CallError, ExitInfo, HandshakeError, LostReason, SpawnError, STDERR_TAIL_LINE,
+    CallError, ExitInfo, HandshakeError, LostReason, SpawnError, SpawnerError, STDERR_TAIL_LINE,
     STDERR_TAIL_LINES,
 };
 pub use host::{Host, HostBuilder};

@@ -261,7 +261,9 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
     let channel_fd = channel.wire(&mut command)?;
     let set_up = plan.map(|mut plan| -> crate::sys::SetUp { Box::new(move || plan.run()) });
     crate::sys::prepare_child(&mut command, set_up, channel_fd);
-    let spawned = crate::spawner::spawn(command).await;
+    let spawned = crate::spawner::spawn(command)
+        .await
+        .map_err(SpawnError::Spawner)?;
     let mut child = match (spawned, &prepared) {
         (Ok(child), _) => child,
         (Err(err), Some(prepared)) => return Err(explain_failure(settings, prepared, err)),
@@ -526,6 +528,9 @@ async fn connect(
                 Err(AcceptError::Deadline { .. }) => Err(SpawnError::Handshake(
                     crate::HandshakeError::new(crate::LostReason::HandshakeTimeout),
                 )),
+                Err(AcceptError::Io(err)) => Err(SpawnError::Transport(err)),
+                // A kind of failure added to the socket transport later: its own error, kept
+                // whole as the source.
                 Err(other) => Err(SpawnError::Transport(std::io::Error::other(other))),
             }
         }

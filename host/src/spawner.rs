@@ -24,6 +24,8 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
+use crate::SpawnerError;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// How long a spawn may wait for the spawner thread: forking takes milliseconds.
@@ -60,7 +62,7 @@ fn spawners_in_use() -> usize {
         .clamp(1, MAX_SPAWNERS)
 }
 
-fn start_thread() -> std::io::Result<Spawner> {
+fn start_thread() -> Result<Spawner, SpawnerError> {
     let (jobs, queue) = mpsc::channel::<Job>();
     let (tid_tx, tid_rx) = mpsc::channel();
     std::thread::Builder::new()
@@ -72,10 +74,11 @@ fn start_thread() -> std::io::Result<Spawner> {
                 // thread (and every later spawn) with it.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             }
-        })?;
+        })
+        .map_err(SpawnerError::Start)?;
     let tid = tid_rx
         .recv_timeout(SPAWN_TIMEOUT)
-        .map_err(|_| std::io::Error::other("the airlock spawner thread did not start"))?;
+        .map_err(|_| SpawnerError::StartTimeout)?;
     Ok(Spawner {
         pid: std::process::id(),
         tid,
@@ -92,11 +95,9 @@ fn forget(slot: usize) {
 
 /// Hands `job` to one of this process's spawner threads, starting it if there is none; returns
 /// the slot it went to.
-fn submit(job: Job) -> std::io::Result<usize> {
+fn submit(job: Job) -> Result<usize, SpawnerError> {
     let slot = NEXT.fetch_add(1, Ordering::Relaxed) % spawners_in_use();
-    let mut spawner = SPAWNERS[slot]
-        .lock()
-        .map_err(|_| std::io::Error::other("the airlock spawner lock is poisoned"))?;
+    let mut spawner = SPAWNERS[slot].lock().map_err(|_| SpawnerError::Poisoned)?;
     let jobs = match spawner.as_ref() {
         Some(current) if current.is_ours() => current.jobs.clone(),
         _ => {
@@ -109,12 +110,13 @@ fn submit(job: Job) -> std::io::Result<usize> {
     jobs.send(job).map(|()| slot).map_err(|_| {
         // The thread is gone (it never is, but be ready): forget it so the next spawn retries.
         *spawner = None;
-        std::io::Error::other("the airlock spawner thread is gone")
+        SpawnerError::Gone
     })
 }
 
-/// Spawns `command` from the spawner thread, registered with the calling task's runtime.
-pub(crate) async fn spawn(mut command: Command) -> std::io::Result<Child> {
+/// Spawns `command` from the spawner thread, registered with the calling task's runtime: the
+/// spawn's own result, or why the spawner thread could not give one.
+pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
     let runtime = tokio::runtime::Handle::current();
     let (done, result) = oneshot::channel();
     let slot = submit(Box::new(move || {
@@ -122,16 +124,12 @@ pub(crate) async fn spawn(mut command: Command) -> std::io::Result<Child> {
         let _ = done.send(command.spawn());
     }))?;
     match tokio::time::timeout(SPAWN_TIMEOUT, result).await {
-        Ok(Ok(spawned)) => spawned,
-        Ok(Err(_)) => Err(std::io::Error::other(
-            "the airlock spawner thread dropped a spawn",
-        )),
+        Ok(Ok(spawned)) => Ok(spawned),
+        Ok(Err(_)) => Err(SpawnerError::Dropped),
         Err(_) => {
             // A thread that does not answer is not trusted again: the next spawn starts anew.
             forget(slot);
-            Err(std::io::Error::other(
-                "the airlock spawner thread did not answer",
-            ))
+            Err(SpawnerError::NoAnswer)
         }
     }
 }

@@ -372,7 +372,7 @@ impl Supervisor {
         let mut config = self.settings.protocol.clone();
         if let Some(token) = token {
             // The transport already checked the token; the session checks it again.
-            config = config.clone().token(token).unwrap_or(config);
+            config = config.token(token);
         }
         let mut session = HostSession::new(config, Instant::now());
         if let Some(hello) = hello {

@@ -8,19 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, InProcess};
-use airlock_protocol::{ErrorKind, HostConfig, Method};
+use airlock_protocol::{ErrorKind, HostConfig};
 use airlock_worker::builtin::{builtin_worker, Sleep, Sum};
 use airlock_worker::Worker;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_bytes::ByteBuf;
 
-/// A method whose handler answers `n` zero bytes.
-struct Big;
-impl Method for Big {
-    const NAME: &'static str = "big";
-    type Request = u32;
-    type Response = ByteBuf;
-}
+airlock_host::method!(
+    /// A method whose handler answers `n` zero bytes.
+    Big, "big", u32 => ByteBuf
+);
 
 fn sleep_method(worker: Worker) -> Worker {
     worker.method::<Sleep, _, _>(|millis| async move {
@@ -29,11 +26,10 @@ fn sleep_method(worker: Worker) -> Worker {
     })
 }
 
-/// Worker side (serve.rs): a handler whose encoded response does not fit in `max_frame` makes
-/// `WorkerSession::reply_return` fail with `TooLarge`, and the serving loop discards that error
-/// (`let _ = ...`). The call never gets a terminal frame: the host waits for the whole deadline,
-/// then kills the worker, taking every sibling call with it. Safe: the worker answers with a
-/// `Fail` at once (THREAT-MODEL lesson 5, "silent loss").
+/// A handler whose encoded response does not fit in `max_frame` cannot be answered with it
+/// (`WorkerSession::reply_return` fails with `TooLarge`); the worker answers the call with a
+/// `Fail` at once. No call is left without a terminal frame: one would hold its caller to the
+/// deadline, and then the worker would be killed with every sibling call on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_handler_response_is_answered_not_dropped() {
     let builder = Host::builder("in-process")
@@ -128,18 +124,12 @@ impl<'de> Deserialize<'de> for Trap {
         Ok(Trap(v))
     }
 }
-struct TrapHost;
-impl Method for TrapHost {
-    const NAME: &'static str = "trap";
-    type Request = u32;
-    type Response = u32;
-}
-struct TrapWorker;
-impl Method for TrapWorker {
-    const NAME: &'static str = "trap";
-    type Request = Trap;
-    type Response = u32;
-}
+airlock_host::method!(
+    TrapHost, "trap", u32 => u32
+);
+airlock_host::method!(
+    TrapWorker, "trap", Trap => u32
+);
 
 /// Worker side (handler.rs `erase_async`/`erase_blocking`): the request is decoded
 /// synchronously on the serving loop, outside the call's task, so a panic in the request
@@ -166,24 +156,15 @@ async fn a_panicking_request_decoder_is_a_panic_failure_not_a_dead_worker() {
     host.shutdown().await;
 }
 
-struct LieHost;
-impl Method for LieHost {
-    const NAME: &'static str = "lie";
-    type Request = ();
-    type Response = u64;
-}
-struct LieWorker;
-impl Method for LieWorker {
-    const NAME: &'static str = "lie";
-    type Request = ();
-    type Response = String;
-}
-struct After;
-impl Method for After {
-    const NAME: &'static str = "after";
-    type Request = ();
-    type Response = u64;
-}
+airlock_host::method!(
+    LieHost, "lie", () => u64
+);
+airlock_host::method!(
+    LieWorker, "lie", () => String
+);
+airlock_host::method!(
+    After, "after", () => u64
+);
 
 /// A response that does not decode is caught where its frame is accepted, with the method's
 /// own decoder, so the liar is cut off before the host takes another frame from it. Here it
@@ -225,12 +206,9 @@ async fn a_liar_is_cut_off_before_it_answers_a_sibling() {
     host.shutdown().await;
 }
 
-struct Busy;
-impl Method for Busy {
-    const NAME: &'static str = "busy";
-    type Request = u64;
-    type Response = ();
-}
+airlock_host::method!(
+    Busy, "busy", u64 => ()
+);
 
 /// Worker side (serve.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
 /// lives in the call's async task, which a `Cancel` aborts at once while the blocking handler

@@ -4,16 +4,16 @@
 //! `fork`/`waitpid` have no safe wrapper here: this file allows `unsafe` for them alone.
 #![allow(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_host::Host;
+use airlock_test_support::child::{wait_for_forked, ChildMode};
 
-/// host/src/spawner.rs: every spawn is a job sent to one process-wide thread, remembered in a
-/// `OnceLock`, and `spawn` awaits the job's answer with no bound. After a `fork()` (a pre-fork
-/// server, a daemonising application) the child inherits the `OnceLock` and the channel, but not
-/// the thread: the job is queued to a thread that does not exist and `Host::spawn` (and every
-/// restart of every host) waits forever. Before 9799efb the spawn ran on the caller's thread and
-/// worked in a forked child. DESIGN invariant 7: every wait is bounded.
+/// Every spawn is a job sent to one process-wide spawner thread (host/src/spawner.rs). After a
+/// `fork()` (a pre-fork server, a daemonising application) the child inherits the handle to
+/// that thread but not the thread: a job queued to it would never be answered, and
+/// `Host::spawn` (and every restart of every host) would wait forever. The spawner notices the
+/// fork and starts a thread of its own in the child, so every wait stays bounded (invariant 7).
 #[test]
 fn spawning_in_a_forked_child_does_not_hang() {
     // The first spawn in this process starts the spawner thread (the program never says
@@ -52,60 +52,37 @@ fn spawning_in_a_forked_child_does_not_hang() {
         // SAFETY: ends the forked child without running the parent's atexit handlers.
         unsafe { libc::_exit(code) };
     }
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for the child this test forked, by its pid.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: kills and reaps the child this test forked, by its pid.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the forked child never finished");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    let code = wait_for_forked(pid, Duration::from_secs(8), "the forked child");
     assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "Host::spawn in a forked child hung (1) or panicked (2)"
+        code,
+        Some(0),
+        "Host::spawn in a forked child hung (1), panicked (2) or was killed (None)"
     );
 }
 
-/// Set in the re-executed test process that runs `fallback_child` under a seccomp filter.
-const FALLBACK_CHILD: &str = "AIRLOCK_FORKED_HOST_FALLBACK_CHILD";
-
-/// host/src/sys.rs `close_on_exec_from_3` fallback (9799efb "close_range fallback"): where
-/// `close_range(CLOSE_RANGE_CLOEXEC)` is missing (Linux < 5.11, or a seccomp profile that
-/// refuses it, as older container runtimes do) the child marks descriptors one by one, but only
-/// up to the current *soft* `RLIMIT_NOFILE` (and at most 2^20). A descriptor numbered above that
-/// — opened before the soft limit was lowered, or above 2^20 with a high limit — stays open
-/// across `exec`, and the untrusted worker inherits it. Run in a fresh process (re-executing
-/// this test binary) so the seccomp filter and the spawner thread it needs are its own.
+/// Where `close_range(CLOSE_RANGE_CLOEXEC)` is missing (Linux < 5.11, or a seccomp profile
+/// that refuses it, as older container runtimes do), the spawner's child marks descriptors
+/// close-on-exec one by one (host/src/sys.rs `close_on_exec_from_3`). It must reach every open
+/// descriptor, not only those under the current *soft* `RLIMIT_NOFILE`: a descriptor numbered
+/// above it (opened before the soft limit was lowered) would stay open across `exec`, and the
+/// untrusted worker would inherit it. The check runs in the test's child process (this test
+/// binary re-run for this test alone), so the seccomp filter and the spawner thread it needs
+/// are its own.
 #[test]
 fn the_close_range_fallback_closes_every_inherited_descriptor() {
-    let exe = std::env::current_exe().unwrap();
-    let output = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "fallback_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FALLBACK_CHILD, "1")
-        .output()
-        .unwrap();
+    let child = ChildMode::of(
+        module_path!(),
+        "the_close_range_fallback_closes_every_inherited_descriptor",
+    );
+    if child.in_child() {
+        check_the_fallback_under_a_filter_that_refuses_close_range();
+        return;
+    }
+    let output = child.command().output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        stdout.contains("FALLBACK-CHECK-RAN"),
-        "the child test did not run: {stdout}\n{}",
+        stdout.contains(CHECK_RAN),
+        "the child's check did not run: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
@@ -115,13 +92,12 @@ fn the_close_range_fallback_closes_every_inherited_descriptor() {
     );
 }
 
-/// Helper for the test above; does nothing unless started by it.
-#[test]
-#[ignore = "run by the_close_range_fallback_closes_every_inherited_descriptor in its own process"]
-fn fallback_child() {
-    if std::env::var_os(FALLBACK_CHILD).is_none() {
-        return;
-    }
+/// What the child prints once the worker has listed its descriptors, before it checks them.
+const CHECK_RAN: &str = "close-range-fallback-check-ran";
+
+/// The child's part of the test above: a descriptor above a lowered soft limit, a seccomp
+/// filter that refuses `close_range`, then a spawn whose worker lists what it inherited.
+fn check_the_fallback_under_a_filter_that_refuses_close_range() {
     const SECRET_FD: i32 = 900;
     // A host descriptor numbered 900 (think: a database connection), then a lower soft limit.
     let secret = std::fs::File::open("/dev/null").unwrap();
@@ -211,7 +187,7 @@ fn fallback_child() {
     assert!(result.is_err(), "the script never says hello");
     let listed = std::fs::read_to_string(&out).expect("the worker listed its descriptors");
     let _ = std::fs::remove_file(&out);
-    println!("FALLBACK-CHECK-RAN");
+    println!("{CHECK_RAN}");
     let fds: Vec<&str> = listed.split_whitespace().collect();
     assert!(
         !fds.contains(&SECRET_FD.to_string().as_str()),

@@ -133,9 +133,9 @@ impl HostConfig {
 
     /// Most `Progress` frames accepted for one call; one more is a violation. Default
     /// [`DEFAULT_MAX_PROGRESS_PER_CALL`]; 0 forbids progress. Memory: none (a counter).
-    pub fn max_progress_per_call(mut self, frames: u32) -> Result<Self, ConfigError> {
+    pub fn max_progress_per_call(mut self, frames: u32) -> Self {
         self.max_progress_per_call = frames;
-        Ok(self)
+        self
     }
 
     /// Time from session start to a valid `Hello`. Default [`DEFAULT_HANDSHAKE_TIMEOUT`]; at
@@ -163,9 +163,9 @@ impl HostConfig {
 
     /// Requires the worker's `Hello` to carry exactly this token (socket transports).
     /// Default: none required.
-    pub fn token(mut self, token: [u8; TOKEN_LEN]) -> Result<Self, ConfigError> {
+    pub fn token(mut self, token: [u8; TOKEN_LEN]) -> Self {
         self.token = Some(token);
-        Ok(self)
+        self
     }
 
     /// The frame cap.

@@ -23,6 +23,7 @@ use airlock_protocol::frame::{
     Shutdown,
 };
 use airlock_protocol::*;
+use airlock_test_support::hex;
 use bytes::Bytes;
 use rand_core::{CryptoRng, RngCore};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -61,9 +62,9 @@ fn parse_hex(text: &str) -> Vec<u8> {
         .map(|line| line.split('#').next().unwrap_or(""))
         .flat_map(str::split_whitespace)
         .filter(|token| *token != "(empty)")
-        .map(|token| {
-            assert_eq!(token.len(), 2, "hex token `{token}` is not one byte");
-            u8::from_str_radix(token, 16).unwrap_or_else(|_| panic!("bad hex `{token}`"))
+        .map(|token| match hex::decode(token).as_deref() {
+            Some(&[byte]) => byte,
+            _ => panic!("hex token `{token}` is not one byte"),
         })
         .collect()
 }

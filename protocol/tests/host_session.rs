@@ -101,14 +101,14 @@ fn version_mismatch_is_refused_cleanly() {
 fn hello_without_the_expected_token_is_refused() {
     let token = [9u8; TOKEN_LEN];
     for presented in [None, Some(&[8u8; TOKEN_LEN][..])] {
-        let mut pair = Pair::new(HostConfig::default().token(token).unwrap(), &[]);
+        let mut pair = Pair::new(HostConfig::default().token(token), &[]);
         pair.inject(&hello_frame(PROTOCOL_VERSION, vec![], presented));
         assert_eq!(
             pair.close_reason(),
             Some(CloseReason::Refused(RefuseReason::BadToken))
         );
     }
-    let mut pair = Pair::new(HostConfig::default().token(token).unwrap(), &[]);
+    let mut pair = Pair::new(HostConfig::default().token(token), &[]);
     pair.inject(&hello_frame(PROTOCOL_VERSION, vec![], Some(&token)));
     assert!(pair.host.is_ready());
 }
@@ -309,9 +309,8 @@ fn late_return_after_cancel_is_discarded_once() {
 
 #[test]
 fn progress_is_delivered_then_over_quota_is_fatal() {
-    let config = HostConfig::default().max_progress_per_call(2).unwrap();
-    let mut pair = Pair::new(config, &["job"]);
-    pair.pump();
+    let config = HostConfig::default().max_progress_per_call(2);
+    let mut pair = Pair::ready_with(config, &["job"]);
     let id = pair.call("job", b"");
     pair.pump();
     pair.worker
@@ -442,12 +441,7 @@ fn end_of_stream_with_calls_pending_loses_them() {
 /// A pair past its handshake whose host has `grace` as its cancel grace.
 fn ready_with_grace(grace: Duration) -> Pair {
     let config = HostConfig::default().cancel_grace(grace).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
-    assert!(pair.host.is_ready());
-    pair.host_events.clear();
-    pair.worker_events.clear();
-    pair
+    Pair::ready_with(config, &["echo"])
 }
 
 fn worker_saw_cancel_for(pair: &Pair, id: CallId) -> bool {
@@ -459,15 +453,7 @@ fn worker_saw_cancel_for(pair: &Pair, id: CallId) -> bool {
 #[test]
 fn a_call_past_its_deadline_times_out_at_once_and_is_cancelled_on_the_worker() {
     let mut pair = ready_with_grace(Duration::from_secs(1));
-    let early = pair
-        .host
-        .begin_call(
-            "echo",
-            Bytes::new(),
-            pair.now + Duration::from_secs(1),
-            &mut pair.rng,
-        )
-        .unwrap();
+    let early = pair.call_with_deadline("echo", b"", pair.now + Duration::from_secs(1));
     let late = pair.call("echo", b"");
     pair.pump();
     assert_eq!(
@@ -518,15 +504,7 @@ fn a_call_past_its_deadline_times_out_at_once_and_is_cancelled_on_the_worker() {
 #[test]
 fn a_handler_still_running_when_the_grace_ends_closes_the_session() {
     let mut pair = ready_with_grace(Duration::from_secs(1));
-    let early = pair
-        .host
-        .begin_call(
-            "echo",
-            Bytes::new(),
-            pair.now + Duration::from_secs(1),
-            &mut pair.rng,
-        )
-        .unwrap();
+    let early = pair.call_with_deadline("echo", b"", pair.now + Duration::from_secs(1));
     let late = pair.call("echo", b"");
     pair.host.handle_timeout(pair.now + Duration::from_secs(1));
     pair.pump();
@@ -553,15 +531,7 @@ fn a_handler_still_running_when_the_grace_ends_closes_the_session() {
 #[test]
 fn zero_grace_closes_the_session_at_the_deadline() {
     let mut pair = ready_with_grace(Duration::ZERO);
-    let early = pair
-        .host
-        .begin_call(
-            "echo",
-            Bytes::new(),
-            pair.now + Duration::from_secs(1),
-            &mut pair.rng,
-        )
-        .unwrap();
+    let early = pair.call_with_deadline("echo", b"", pair.now + Duration::from_secs(1));
     let late = pair.call("echo", b"");
     pair.host.handle_timeout(pair.now + Duration::from_secs(1));
     pair.drain();
@@ -611,8 +581,7 @@ fn handshake_deadline_closes_the_session() {
 #[test]
 fn in_flight_limit_counts_cancelled_calls() {
     let config = HostConfig::default().max_in_flight(2).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let a = pair.call("echo", b"");
     pair.call("echo", b"");
     pair.host.cancel(a);

@@ -6,46 +6,17 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use airlock_protocol::frame::{self, encode_frame, Frame};
 use airlock_protocol::*;
+use airlock_test_support::alloc::{self, CountingAlloc};
 use bytes::Bytes;
 use support::*;
 
-// ---------------------------------------------------------------------------------------------
-// Per-thread live-bytes counter (as in codec/tests/allocation.rs).
-
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: delegates every call to the system allocator unchanged; only bookkeeping is added,
-// and the thread-local has a const initialiser and no destructor, so it never allocates.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = LIVE.try_with(|live| live.set(live.get() + layout.size()));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(layout.size())));
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+// Counts each thread's live bytes, for the bookkeeping-growth tests.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> usize {
-    LIVE.with(Cell::get)
-}
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 fn worker_closed_with(pair: &Pair) -> Option<CloseReason> {
     pair.worker_events.iter().find_map(|e| match e {
@@ -74,7 +45,7 @@ fn host_wire(pair: &mut Pair) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: WorkerSession::handle_bytes throws away everything buffered behind the Welcome.
+// Frames that arrive in the same read as the Welcome are kept, not thrown away.
 
 /// The host sends `Welcome` and, as soon as it sees `Ready`, its first `Call`. A transport that
 /// batches frames (vectored writes) delivers both in one read. The worker must see the call.
@@ -136,7 +107,7 @@ fn worker_never_runs_a_call_the_host_did_not_send() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: Fail messages pass Unicode line separators and bidi controls.
+// A Fail message with Unicode line separators or bidi controls is refused.
 
 #[test]
 fn fail_message_with_unicode_line_separators_or_bidi_overrides_is_refused() {
@@ -147,16 +118,7 @@ fn fail_message_with_unicode_line_separators_or_bidi_overrides_is_refused() {
         "user \u{2066}admin\u{2069} denied",           // LEFT-TO-RIGHT ISOLATE (Cf)
         "zero\u{200b}width\u{feff}",                   // ZWSP / BOM (Cf)
     ] {
-        let mut pair = Pair::ready(&["echo"]);
-        let id = pair.call("echo", b"");
-        pair.pump();
-        pair.inject_frame(&Frame::Fail(frame::Fail {
-            id,
-            method: "echo",
-            kind: ErrorKind::Handler.to_wire(),
-            message: hostile,
-            code: None,
-        }));
+        let (pair, id) = Pair::handler_failed_with(hostile);
         // Safe: either refused as a violation, or never delivered with those characters.
         for outcome in pair.outcome_of(id) {
             if let Outcome::Failed(err) = outcome {
@@ -184,14 +146,12 @@ fn remote_error_new_neutralises_unicode_line_separators_and_bidi_overrides() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: reply_fail is not size-checked; an honest long error kills the worker at MIN_MAX_FRAME.
+// An honest failure fits any valid max_frame: reply_fail bounds its message.
 
 #[test]
 fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
     let config = HostConfig::default().max_frame(MIN_MAX_FRAME).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
-    assert!(pair.host.is_ready());
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let id = pair.call("echo", b"");
     pair.pump();
     let err = RemoteError::new(ErrorKind::Handler, &"e".repeat(2 * MAX_ERROR_MESSAGE));
@@ -211,22 +171,15 @@ fn honest_failure_with_the_longest_message_fits_any_valid_max_frame() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: the deadline heap grows with every call made while one older call is pending.
+// Deadline bookkeeping is bounded by the calls in flight, also while an older call stays pending.
 
-#[test]
-fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
-    let mut pair = Pair::ready(&["echo"]);
-    // The worker holds one call and never answers it (within its 30 s deadline).
-    let stalled = pair.call("echo", b"");
-    pair.pump();
-    let _ = pair.worker_calls();
+/// Makes `rounds` calls that each complete at once, driven as a runtime drives them, and
+/// returns how many bytes this thread's live allocations grew by after the first 5,000.
+fn growth_over_completed_calls(pair: &mut Pair, rounds: u32) -> usize {
+    assert!(CountingAlloc::is_installed(), "nothing would be measured");
     let mut baseline = 0;
-    let rounds = 100_000;
     for round in 0..rounds {
-        let deadline = pair.now + Duration::from_secs(60);
-        pair.host
-            .begin_call("echo", Bytes::new(), deadline, &mut pair.rng)
-            .unwrap();
+        pair.call_with_deadline("echo", b"", pair.now + Duration::from_secs(60));
         pair.pump();
         for (id, _, _) in pair.worker_calls() {
             pair.worker.reply_return(id, Bytes::new()).unwrap();
@@ -236,55 +189,48 @@ fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
         pair.host_events.clear();
         pair.worker_events.clear();
         if round == 5_000 {
-            baseline = live();
+            baseline = alloc::live();
         }
     }
+    alloc::live().saturating_sub(baseline)
+}
+
+#[test]
+fn deadline_bookkeeping_is_bounded_by_calls_in_flight() {
+    let mut pair = Pair::ready(&["echo"]);
+    // The worker holds one call and never answers it (within its 30 s deadline).
+    let stalled = pair.call("echo", b"");
+    pair.pump();
+    let _ = pair.worker_calls();
+    let rounds = 100_000;
+    let growth = growth_over_completed_calls(&mut pair, rounds);
     assert_eq!(pair.host.in_flight(), 1, "only the stalled call is pending");
     let _ = stalled;
-    let growth = live().saturating_sub(baseline);
     assert!(
         growth < 512 * 1024,
         "host bookkeeping grew by {growth} bytes over {rounds} completed calls with 1 in flight"
     );
 }
 
-/// Control for the test above (lesson 7: prove the measurement is live): the same traffic with
-/// no stalled call leaves the bookkeeping flat, so the growth above is the deadline heap.
+/// Control for the test above: the same traffic without a stalled call stays within the same
+/// bound, so that bound is about what one stalled call adds (its deadline entry among all the
+/// others), not about the traffic.
 #[test]
 fn deadline_bookkeeping_control_without_a_stalled_call_stays_flat() {
     let mut pair = Pair::ready(&["echo"]);
-    let mut baseline = 0;
-    for round in 0..100_000 {
-        let deadline = pair.now + Duration::from_secs(60);
-        pair.host
-            .begin_call("echo", Bytes::new(), deadline, &mut pair.rng)
-            .unwrap();
-        pair.pump();
-        for (id, _, _) in pair.worker_calls() {
-            pair.worker.reply_return(id, Bytes::new()).unwrap();
-        }
-        pair.pump();
-        let _ = pair.host.poll_timeout();
-        pair.host_events.clear();
-        pair.worker_events.clear();
-        if round == 5_000 {
-            baseline = live();
-        }
-    }
-    let growth = live().saturating_sub(baseline);
+    let growth = growth_over_completed_calls(&mut pair, 100_000);
     assert!(growth < 512 * 1024, "grew by {growth} bytes");
 }
 
 // ---------------------------------------------------------------------------------------------
-// Finding: the worker's finished-id memory (4096) is smaller than a legal max_in_flight, so an
-// honest Cancel crossing the answer on the wire kills the worker.
+// An honest Cancel that crosses its call's answer on the wire never kills the worker, however
+// many calls a legal max_in_flight lets be in flight.
 
 #[test]
 fn honest_cancel_crossing_its_answer_never_kills_the_worker() {
     let in_flight = 5_000u32;
     let config = HostConfig::default().max_in_flight(in_flight).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let ids: Vec<CallId> = (0..in_flight).map(|_| pair.call("echo", b"")).collect();
     pair.pump();
     assert_eq!(pair.worker_calls().len(), in_flight as usize);
@@ -306,7 +252,7 @@ fn honest_cancel_crossing_its_answer_never_kills_the_worker() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attacks that held up (these pass).
+// Other attacks, each refused.
 
 #[test]
 fn frames_behind_a_violation_in_the_same_read_reach_no_call() {
@@ -366,10 +312,7 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
     let mut pair = Pair::ready(&["echo"]);
     let c = pair.call("echo", b"");
     let deadline2 = pair.now + DEADLINE + Duration::from_secs(10);
-    let d = pair
-        .host
-        .begin_call("echo", Bytes::new(), deadline2, &mut pair.rng)
-        .unwrap();
+    let d = pair.call_with_deadline("echo", b"", deadline2);
     pair.pump();
     assert!(pair.host.cancel(c));
     // Progress for the cancelled call is discarded (not delivered).
@@ -396,9 +339,8 @@ fn cancelled_call_then_timeout_then_late_frames_give_one_outcome_each() {
 
 #[test]
 fn progress_quota_counts_cancelled_calls_and_is_exact() {
-    let config = HostConfig::default().max_progress_per_call(2).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let config = HostConfig::default().max_progress_per_call(2);
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let id = pair.call("echo", b"");
     pair.pump();
     for _ in 0..2 {
@@ -431,7 +373,7 @@ fn handshake_rules_hold() {
     };
     let fresh = || {
         HostSession::new(
-            HostConfig::default().token(token).unwrap(),
+            HostConfig::default().token(token),
             std::time::Instant::now(),
         )
     };

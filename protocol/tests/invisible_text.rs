@@ -3,14 +3,14 @@
 
 mod support;
 
-use airlock_protocol::frame::{self, Frame};
 use airlock_protocol::*;
 use support::Pair;
 
-/// Invisible characters that `airlock_codec::is_unsafe_in_text` once let through: all are
-/// Unicode format characters (general category Cf) or fillers that render as nothing, exactly
-/// the class the fix meant to refuse ("bidi and invisible format characters"). The fix is a
-/// hand-written denylist of ranges — THREAT-MODEL lesson 2: a denylist is fail-open.
+/// Invisible characters that `airlock_codec::is_unsafe_in_text` must refuse: all are Unicode
+/// format characters (general category Cf) or fillers that render as nothing, the class it is
+/// defined to refuse ("bidi and invisible format characters"). Each is named here, because a
+/// predicate written as a list of ranges fails open: a range left out lets its characters
+/// through.
 /// U+E0000–E007F are the "tag" characters used to smuggle hidden ASCII ("ASCII smuggling")
 /// into text that humans and log analysers read differently.
 pub const INVISIBLE: &[(char, &str)] = &[
@@ -38,16 +38,7 @@ fn a_fail_message_hiding_text_in_invisible_characters_is_refused() {
         .collect();
     for (c, name) in INVISIBLE {
         let message = format!("handler failed{c}{hidden}");
-        let mut pair = Pair::ready(&["echo"]);
-        let id = pair.call("echo", b"");
-        pair.pump();
-        pair.inject_frame(&Frame::Fail(frame::Fail {
-            id,
-            method: "echo",
-            kind: ErrorKind::Handler.to_wire(),
-            message: &message,
-            code: None,
-        }));
+        let (pair, id) = Pair::handler_failed_with(&message);
         let delivered = pair.outcome_of(id);
         assert_eq!(
             pair.violation(),
@@ -58,8 +49,8 @@ fn a_fail_message_hiding_text_in_invisible_characters_is_refused() {
     }
 }
 
-/// The worker side's sanitiser (`RemoteError::new`) has the same gap: it passes the same
-/// characters through, so an honest worker quoting hostile input forwards them too.
+/// The worker side's sanitiser (`RemoteError::new`) strips the same characters, so an honest
+/// worker quoting hostile input does not forward them.
 #[test]
 fn remote_error_new_strips_invisible_characters() {
     for (c, name) in INVISIBLE {

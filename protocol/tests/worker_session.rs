@@ -62,8 +62,7 @@ fn replies_to_ids_never_received_are_refused() {
 #[test]
 fn reply_over_max_frame_is_refused_locally() {
     let config = HostConfig::default().max_frame(MIN_MAX_FRAME).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     let id = pair.call("echo", b"");
     pair.pump();
     let big = Bytes::from(vec![0; MIN_MAX_FRAME as usize]);
@@ -190,8 +189,7 @@ fn cancel_reaches_the_worker_runtime() {
 #[test]
 fn too_many_calls_is_fatal_for_the_worker() {
     let config = HostConfig::default().max_in_flight(1).unwrap();
-    let mut pair = Pair::new(config, &["echo"]);
-    pair.pump();
+    let mut pair = Pair::ready_with(config, &["echo"]);
     for byte in [1u8, 2] {
         let call = encode_frame(&Frame::Call(frame::Call {
             id: CallId::from_bytes([byte; 16]),

@@ -4,10 +4,42 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The relayed lines, in order.
 #[derive(Debug, Default)]
 pub struct Captured(pub Mutex<Vec<String>>);
+
+impl Captured {
+    /// The lines relayed so far that contain `marker`.
+    pub fn lines_containing(&self, marker: &str) -> Vec<String> {
+        let lines = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        lines
+            .iter()
+            .filter(|line| line.contains(marker))
+            .cloned()
+            .collect()
+    }
+
+    /// The first relayed line that contains `marker`, waiting for it (polling) at most
+    /// `within`; panics, naming the marker, if none has arrived by then.
+    pub async fn first_line_containing(&self, marker: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(line) = self.lines_containing(marker).into_iter().next() {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no relayed line with {marker:?} arrived within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
 
 /// One event the host logged.
 #[derive(Clone, Debug)]

@@ -46,6 +46,12 @@ fn built(package: &str, bin: &str, cell: &'static OnceLock<PathBuf>) -> PathBuf 
     .clone()
 }
 
+airlock_host::method!(
+    /// The bundled worker's `sum` (of a list of `i64`) with a byte string for its request, so a
+    /// test can send bytes that do not decode as the list (the worker answers `BadRequest`).
+    pub SumOfBytes, "sum", serde_bytes::ByteBuf => i64
+);
+
 /// The bundled `airlock-worker` binary.
 pub fn worker_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();
@@ -125,6 +131,26 @@ pub fn soon(ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(ms)
 }
 
+/// A restart policy that replaces a lost worker at once (backoff 5 to 20 ms), up to
+/// `max_restarts` times a minute, so a test does not wait on restarts.
+pub fn fast_restarts(max_restarts: u32) -> airlock_host::RestartPolicy {
+    airlock_host::RestartPolicy {
+        max_restarts,
+        window: std::time::Duration::from_secs(60),
+        initial_backoff: std::time::Duration::from_millis(5),
+        max_backoff: std::time::Duration::from_millis(20),
+    }
+}
+
+/// Polls `done` every 5 ms until it is true; panics naming `what` once `limit` has passed.
+pub async fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "gave up waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// A fresh, empty directory for one test's files under the system temp directory, named
 /// `airlock-<label>-<random>`, removed with everything in it when dropped, except while the
 /// test panics: then it stays for the post-mortem and its path is printed. Named at random
@@ -181,6 +207,12 @@ pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::Ca
         .await
         .map(|_| host.worker_pid().unwrap_or(0))
 }
+
+airlock_host::method!(
+    /// The `rogue-worker`'s `misbehave` method (in its `chaos` mode): the request names the
+    /// scenario to play.
+    pub Misbehave, "misbehave", String => ()
+);
 
 /// A host for the `rogue-worker`, under the default confinement.
 pub fn rogue_host() -> airlock_host::HostBuilder {

@@ -10,7 +10,7 @@
 //! the replacement honest) answering the next call correctly, and no allocation beyond the
 //! budgets.
 //!
-//! Allocation is measured with the counting allocator (`PeakAlloc`): the largest single
+//! Allocation is measured with the counting allocator (`CountingAlloc`): the largest single
 //! allocation made while the host handles the attack. The tests run on a current-thread
 //! runtime, so the host's supervisor, reader and writer tasks all run on the thread being
 //! measured.
@@ -19,10 +19,10 @@
 //! rogue finds its channel the way the real worker does, so each attack crosses each
 //! transport's framing and the host's handling of it.
 
-use airlock_tests::support::PeakAlloc;
+use airlock_test_support::CountingAlloc;
 
 #[global_allocator]
-static ALLOC: PeakAlloc = PeakAlloc;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 mod pipe {
     const TRANSPORT: airlock_host::TransportChoice = airlock_host::TransportChoice::Pipe;

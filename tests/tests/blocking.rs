@@ -50,7 +50,15 @@ fn a_blocking_host_calls_its_worker_without_a_runtime_of_the_callers() {
 #[test]
 fn a_blocking_call_keeps_its_deadline_and_the_worker_is_replaced() {
     no_runtime_here();
-    let host = blocking::Host::spawn(Host::builder(worker_bin())).unwrap();
+    // No cancel grace: the missed deadline itself takes the worker down.
+    let host = blocking::Host::spawn(
+        Host::builder(worker_bin()).protocol(
+            airlock_host::HostConfig::default()
+                .cancel_grace(Duration::ZERO)
+                .unwrap(),
+        ),
+    )
+    .unwrap();
     let first = host.worker_pid().unwrap();
     let started = Instant::now();
     let missed =

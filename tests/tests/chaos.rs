@@ -22,19 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, LostReason, Pool, RestartPolicy, TransportChoice};
-use airlock_protocol::Method;
-use airlock_tests::e2e::{call_pid, rogue_host, rogue_host_in, stat_fields, ScratchDir};
+use airlock_tests::e2e::{call_pid, rogue_host, rogue_host_in, stat_fields, Misbehave, ScratchDir};
 use airlock_tests::support::STRIKES_AT_A_CALL;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
-
-/// The `misbehave` method of `rogue-worker chaos`: the request names the scenario.
-struct Misbehave;
-impl Method for Misbehave {
-    const NAME: &'static str = "misbehave";
-    type Request = String;
-    type Response = ();
-}
 
 const WORKERS: usize = 4;
 const TASKS: usize = 64;

@@ -13,11 +13,13 @@
 //! `fork` and `waitpid` have no safe wrapper here: this file allows `unsafe` for them alone.
 #![allow(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_host::Host;
 use airlock_protocol::frame::{Call, Frame};
 use airlock_protocol::{decode_frame, CallId};
+use airlock_test_support::child::wait_for_forked;
+use airlock_test_support::hex;
 use airlock_tests::e2e::{rogue_host_in, ScratchDir};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
@@ -27,11 +29,8 @@ fn calls_received(log: &std::path::Path) -> Vec<(CallId, String)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter_map(|line| line.strip_prefix("< "))
-        .filter_map(|hex| {
-            let bytes: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect();
+        .filter_map(|digits| {
+            let bytes = hex::decode(digits).expect("the rogue logs frames in hex");
             match decode_frame(&bytes) {
                 Ok(Frame::Call(Call { id, body, .. })) => {
                     let text: ByteBuf =
@@ -92,27 +91,8 @@ fn invariant_04_ids_stay_fresh_on_both_sides_of_a_fork() {
         // handlers (the worker is the parent's to shut down).
         unsafe { libc::_exit(code) };
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut status = 0;
-    loop {
-        // SAFETY: waits, without blocking, for the child this test forked, by its pid.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: kills and reaps the child this test forked, by its pid.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the forked host never finished its calls");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the forked host's calls failed (status {status:#x})"
-    );
+    let code = wait_for_forked(pid, Duration::from_secs(20), "the forked host's calls");
+    assert_eq!(code, Some(0), "the forked host's calls failed");
     // The child's calls are all in before the parent sends any: the worker holds their ids.
     let before_parent = calls_received(&log);
     let texts: Vec<&str> = before_parent.iter().map(|(_, t)| t.as_str()).collect();

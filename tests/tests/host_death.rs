@@ -1,34 +1,31 @@
 //! A host process that dies takes its workers with it (`PR_SET_PDEATHSIG`), even a worker that
 //! is not reading its channel and so would never notice the host is gone.
 //!
-//! The host runs in a separate process: this test binary re-executed to run only
-//! `host_process_role`, which does nothing in a normal run and, with `HOST_ROLE` set, starts two
-//! hosts and reports their workers' pids on stdout. The test SIGKILLs that process (so no
-//! destructor, no shutdown, no kill of the process group runs) and watches the workers die.
+//! The host runs in a separate process: the test re-runs its own test binary for itself alone,
+//! in child mode ([`ChildMode`]), where it starts the hosts and reports their workers' pids on
+//! stdout. The test SIGKILLs that process (so no destructor, no shutdown, no kill of the process
+//! group runs) and watches the workers die.
 
 use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_host::Host;
+use airlock_test_support::ChildMode;
 use airlock_tests::e2e::{
     call_pid, process_alive, rogue_host, stat_fields, worker_bin, ScratchDir,
 };
 
-/// Set (to a scratch directory) in the re-executed host process.
-const HOST_ROLE: &str = "AIRLOCK_TEST_HOST_ROLE";
+/// Names a scratch directory for the host process.
+const HOST_SCRATCH: &str = "AIRLOCK_HOST_DEATH_SCRATCH";
 /// The line the host process prints once its workers are ready: `PREFIX <worker> <rogue>`.
 const REPORT: &str = "host-death-workers";
 
-/// The host process: a real worker, and a rogue that says hello and then never reads again
-/// (`never_read`), so the end of its channel cannot be what ends it. Lives until killed (at
-/// most a minute, should the test that started it be gone).
-#[test]
-#[ignore = "a helper that a_killed_host_process_takes_its_workers_with_it runs as the host"]
-fn host_process_role() {
-    let Some(dir) = std::env::var_os(HOST_ROLE) else {
-        return;
-    };
+/// The host process's part: a real worker, and a rogue that says hello and then never reads
+/// again (`never_read`), so the end of its channel cannot be what ends it. Lives until killed
+/// (at most a minute, should the test that started it be gone).
+fn run_as_the_host_process() {
+    let dir = std::env::var_os(HOST_SCRATCH).expect("the test names a scratch directory");
     let pids_file = std::path::Path::new(&dir).join("rogue-pids");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -138,16 +135,18 @@ fn reap_if_ours(pid: u32) {
 
 #[test]
 fn a_killed_host_process_takes_its_workers_with_it() {
+    let role = ChildMode::of(
+        module_path!(),
+        "a_killed_host_process_takes_its_workers_with_it",
+    );
+    if role.in_child() {
+        run_as_the_host_process();
+        return;
+    }
     let scratch = ScratchDir::new("host-death");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "host_process_role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOST_ROLE, &*scratch)
+    let mut child = role
+        .command()
+        .env(HOST_SCRATCH, &*scratch)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()

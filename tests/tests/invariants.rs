@@ -6,9 +6,11 @@
 use std::time::{Duration, Instant};
 
 use airlock_codec::{from_slice, DecodeError, Limits, Value};
-use airlock_host::{CallError, HandshakeError, Host, LostReason, RestartPolicy, SpawnError};
+use airlock_host::{CallError, HandshakeError, Host, LostReason, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
-use airlock_tests::e2e::{rogue_host, rogue_host_in, worker_bin, ScratchDir};
+use airlock_tests::e2e::{
+    fast_restarts, rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes,
+};
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
@@ -22,12 +24,7 @@ fn rogue_in(dir: &std::path::Path, scenario: &str) -> airlock_host::HostBuilder 
 }
 
 fn rogue_with(host: airlock_host::HostBuilder, scenario: &str) -> airlock_host::HostBuilder {
-    host.arg(scenario).restart_policy(RestartPolicy {
-        max_restarts: 3,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    })
+    host.arg(scenario).restart_policy(fast_restarts(3))
 }
 
 fn payload(text: &str) -> ByteBuf {
@@ -394,12 +391,6 @@ async fn invariant_10_versions_are_checked_at_the_handshake() {
     ));
     // The worker decodes the host's requests with the same codec and budgets: a request that
     // does not decode as the method's type is refused there, as data.
-    struct SumOfBytes;
-    impl airlock_protocol::Method for SumOfBytes {
-        const NAME: &'static str = "sum";
-        type Request = ByteBuf;
-        type Response = i64;
-    }
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
     match host.call::<SumOfBytes>(&ByteBuf::from(vec![0x80])).await {
         Err(CallError::Remote(err)) => assert_eq!(err.kind(), ErrorKind::BadRequest),

@@ -6,37 +6,19 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
-use airlock_protocol::{ErrorKind, HostConfig, Method};
-use airlock_tests::e2e::{call_pid, process_alive, rogue_host_in, soon, worker_bin, ScratchDir};
+use airlock_protocol::{ErrorKind, HostConfig};
+use airlock_tests::e2e::{
+    call_pid, fast_restarts, process_alive, rogue_host_in, soon, worker_bin, ScratchDir, SumOfBytes,
+};
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
 };
 use serde_bytes::ByteBuf;
 
-fn fast_restarts(max_restarts: u32) -> RestartPolicy {
-    RestartPolicy {
-        max_restarts,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    }
-}
-
-/// A method the bundled worker does not serve.
-struct Missing;
-impl Method for Missing {
-    const NAME: &'static str = "no-such-method";
-    type Request = ();
-    type Response = ();
-}
-
-/// `sum` called with the wrong request type.
-struct SumOfBytes;
-impl Method for SumOfBytes {
-    const NAME: &'static str = "sum";
-    type Request = ByteBuf;
-    type Response = i64;
-}
+airlock_host::method!(
+    /// A method the bundled worker does not serve.
+    Missing, "no-such-method", () => ()
+);
 
 /// The rogue worker exits with code 3 on receiving a call, over every transport (the real
 /// worker SIGKILLed mid-call is `worker_killed_mid_call_...` in the macro below).

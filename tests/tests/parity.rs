@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, InProcess};
 use airlock_protocol::Method;
-use airlock_tests::e2e::worker_bin;
+use airlock_tests::e2e::{worker_bin, SumOfBytes};
 use airlock_worker::builtin::{builtin_worker, Digest, Echo, Fail, Panic, Sleep, Sum};
 use serde_bytes::ByteBuf;
 
@@ -29,29 +29,15 @@ impl Target {
     }
 }
 
-/// A method the worker does not serve.
-struct Unknown;
-impl Method for Unknown {
-    const NAME: &'static str = "unknown.method";
-    type Request = u8;
-    type Response = u8;
-}
+airlock_host::method!(
+    /// A method the worker does not serve.
+    Unknown, "unknown.method", u8 => u8
+);
 
-/// `sum` with a request the worker cannot decode.
-struct SumOfBytes;
-impl Method for SumOfBytes {
-    const NAME: &'static str = "sum";
-    type Request = ByteBuf;
-    type Response = i64;
-}
-
-/// `echo` whose response is read as the wrong type: both modes must refuse it identically.
-struct EchoAsNumber;
-impl Method for EchoAsNumber {
-    const NAME: &'static str = "echo";
-    type Request = ByteBuf;
-    type Response = u64;
-}
+airlock_host::method!(
+    /// `echo` whose response is read as the wrong type: both modes must refuse it identically.
+    EchoAsNumber, "echo", ByteBuf => u64
+);
 
 /// One scenario: its name and its outcome rendered for comparison.
 async fn scenarios(target: &Target) -> Vec<(String, String)> {

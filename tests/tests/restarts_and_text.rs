@@ -11,21 +11,24 @@ use airlock_tests::e2e::{call_pid, worker_bin};
 use airlock_worker::builtin::{fnv1a, Digest, Echo, Fail, Sleep};
 use serde_bytes::ByteBuf;
 
-/// worker/src/serve.rs reader task + the `raise` oneshot (9799efb / 67e1548 "worker keeps
-/// frames buffered behind Welcome"). The bundled worker's transport starts at
-/// `DEFAULT_MAX_FRAME` (env_transport.rs) and adopts the host's `max_frame` only once the
-/// serving loop has *processed* the `Welcome` and sent it through the oneshot. But the reader
-/// task goes straight back into `recv()` after handing the `Welcome` over, and `recv()` decodes
-/// the next length prefix synchronously from what is already buffered. Calls queued while a
-/// worker (re)starts are written in the same batch as the `Welcome`, so the next prefix is
-/// already there: a `Call` larger than 16 MiB (legal: the host configured 32 MiB) is refused as
-/// `TooLarge` by the worker's old cap, the worker treats it as end of stream and exits, and the
-/// call is lost although neither side did anything wrong.
+/// Calls queued while a worker (re)starts are written in the same batch as its `Welcome`, so
+/// the next length prefix is already buffered when the worker reads the `Welcome`. The worker's
+/// transport starts at `DEFAULT_MAX_FRAME` and must adopt the host's `max_frame` before it
+/// decodes that prefix: a `Call` larger than 16 MiB (legal: the host configured 32 MiB) is
+/// served, not refused as `TooLarge` under the starting cap, which would end the worker and
+/// lose the call although neither side did anything wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
     let max_frame = 32 * 1024 * 1024;
+    // No cancel grace: the missed deadline below is how the test makes the worker restart.
     let host = Host::builder(worker_bin())
-        .protocol(HostConfig::default().max_frame(max_frame).unwrap())
+        .protocol(
+            HostConfig::default()
+                .max_frame(max_frame)
+                .unwrap()
+                .cancel_grace(Duration::ZERO)
+                .unwrap(),
+        )
         .limits(
             Limits::default()
                 .max_bytes(max_frame as usize)
@@ -69,12 +72,11 @@ async fn a_large_call_queued_during_a_restart_survives_the_welcome() {
     host.shutdown().await;
 }
 
-/// worker/src/serve.rs `answer()` (9799efb "oversized responses answered with Fail(Limit)").
-/// The fix only covers responses over `max_frame`. The host decodes every response with its own
-/// `Limits` (default `max_bytes` 16 MiB), which is smaller than the default `max_frame`
-/// (16 MiB + 4 KiB), and treats any decode failure as "the worker lied" (`Command::Abort`):
-/// the honest worker is SIGKILLed and every other call on it is lost. An honest echo of a
-/// payload the host itself was allowed to send is enough.
+/// The host decodes every response within its own `Limits` and treats a response that does
+/// not decode as a lie, which kills the worker and every other call on it. So the default
+/// decode budget must hold any response that fits `max_frame`: an honest echo of a payload the
+/// host itself was allowed to send (16 MiB + 64 bytes, over a 16 MiB budget) must not cost the
+/// worker. Had the caller set smaller budgets, the failure would be this call's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
@@ -89,8 +91,8 @@ async fn an_honest_response_over_the_decode_budget_fails_only_its_own_call() {
     let payload = vec![1u8; 16 * 1024 * 1024 + 64];
     let len = payload.len();
     let echoed = host.call::<Echo>(&ByteBuf::from(payload)).await;
-    // Fixed by deriving the host's default response budget from max_frame: the honest echo
-    // decodes. (Had the caller set smaller budgets, it would be this call's error alone.)
+    // The default response budget follows max_frame, so the honest echo decodes; a failure
+    // would have to be this call's own.
     assert!(
         matches!(&echoed, Ok(body) if body.len() == len)
             || matches!(
@@ -127,10 +129,10 @@ fn tag_characters(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// codec `is_unsafe_in_text`, end to end: an error message crossing from the worker
-/// is "bounded and free of characters that could forge or hide log text". A handler that quotes
-/// its (attacker-chosen) input in an error — here the bundled `fail` method — delivers a message
-/// hiding a whole sentence in invisible tag characters to the host, which accepts it as clean.
+/// codec `is_unsafe_in_text`, end to end: an error message crossing from the worker is
+/// bounded and free of characters that could forge or hide log text. A handler that quotes its
+/// (attacker-chosen) input in an error (here the bundled `fail` method) sends a message hiding a
+/// whole sentence in invisible tag characters; what reaches the host's caller hides nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_message_from_the_worker_hides_no_text() {
     let host = Host::builder(worker_bin()).spawn().await.unwrap();
@@ -155,10 +157,10 @@ async fn an_error_message_from_the_worker_hides_no_text() {
 
 use airlock_tests::capture::captured;
 
-/// host/src/stderr.rs `emit` (9799efb "stderr strips Unicode separators/bidi") uses the same
-/// denylist: a worker's stderr line carrying invisible tag characters reaches the host's log as
-/// is. (The `{:?}` of the captured message would escape them; the line is read with
-/// `record_str`/Display semantics, as a log file or terminal shows it.)
+/// The stderr relay (host/src/stderr.rs `emit`) applies the same rule: a worker's stderr line
+/// carrying invisible tag characters reaches the host's log without them. (The `{:?}` of the
+/// captured message would escape them; the line is read with `record_str`/Display semantics,
+/// as a log file or terminal shows it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_stderr_cannot_hide_text_in_the_host_log() {
     let captured = captured();
@@ -170,21 +172,9 @@ async fn worker_stderr_cannot_hide_text_in_the_host_log() {
         .env("PATH", "/usr/bin:/bin")
         .spawn()
         .await;
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let line = loop {
-        let found = captured
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("hidden-text-marker"))
-            .cloned();
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "the stderr line never arrived");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = captured
+        .first_line_containing("hidden-text-marker", Duration::from_secs(2))
+        .await;
     // tracing hands the formatted message over as `fmt::Arguments` (record_debug), whose
     // Debug is its Display: the characters appear raw if they were relayed raw.
     let found = tag_characters(&line);

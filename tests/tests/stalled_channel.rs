@@ -6,27 +6,12 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, Confinement, Host, LostReason, RestartPolicy};
-use airlock_tests::e2e::{process_alive, rogue_bin, share_with_worker, soon, ScratchDir};
+use airlock_host::{CallError, Confinement, Host, LostReason};
+use airlock_tests::e2e::{
+    fast_restarts, process_alive, rogue_bin, share_with_worker, soon, wait_until, ScratchDir,
+};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
-
-fn fast_restarts() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 5,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    }
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -77,7 +62,7 @@ async fn stalled_rogue(
         .env("ROGUE_MARK", &mark)
         // `userfaultfd` is denied by the default confinement; the channel must hold without it.
         .confinement(Confinement::none())
-        .restart_policy(fast_restarts())
+        .restart_policy(fast_restarts(5))
         .shutdown_grace(Duration::from_millis(200))
         .spawn()
         .await
@@ -212,7 +197,7 @@ async fn a_write_begun_on_a_callers_runtime_that_ended_keeps_the_send_deadline()
         .env("ROGUE_ONCE", dir.join("once"))
         .env("ROGUE_PIDS", &pids)
         .confinement(Confinement::none())
-        .restart_policy(fast_restarts())
+        .restart_policy(fast_restarts(5))
         .send_timeout(Duration::from_millis(500))
         .spawn()
         .await
@@ -294,7 +279,7 @@ async fn a_lost_workers_end_of_stream_never_reaches_its_replacement() {
             .env("ROGUE_ONCE", dir.join("once"))
             .env("ROGUE_PIDS", &pids)
             .confinement(Confinement::none())
-            .restart_policy(fast_restarts())
+            .restart_policy(fast_restarts(5))
             .spawn()
             .await
             .expect("the rogue completes its handshake");

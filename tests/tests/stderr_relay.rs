@@ -4,7 +4,7 @@
 //! escapes or forged line breaks into it. Alone in its test binary: it installs the global
 //! tracing subscriber that records the relayed lines.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_host::{Host, StderrPolicy};
 use airlock_tests::capture::captured;
@@ -16,23 +16,11 @@ const MAX_LINE: usize = 64;
 /// The relayed lines that contain `marker`, once at least one has arrived (at most 5 s), with
 /// a moment more for a second copy (the pipe worker's stdout is its stderr too).
 async fn relayed(marker: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let matching = || -> Vec<String> {
-        captured()
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|line| line.contains(marker))
-            .cloned()
-            .collect()
-    };
-    while matching().is_empty() {
-        assert!(Instant::now() < deadline, "no line with {marker} arrived");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    captured()
+        .first_line_containing(marker, Duration::from_secs(5))
+        .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    matching()
+    captured().lines_containing(marker)
 }
 
 /// What the relay should log for `raw`: its first `MAX_LINE` bytes (ASCII here), each control

@@ -80,7 +80,7 @@ async fn updates_arrive_in_process_and_through_a_pool() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_quota_holds_and_the_worker_says_so_as_data() {
     let host = Host::builder(worker_bin())
-        .protocol(HostConfig::default().max_progress_per_call(5).unwrap())
+        .protocol(HostConfig::default().max_progress_per_call(5))
         .spawn()
         .await
         .unwrap();

@@ -1,9 +1,9 @@
 //! The transport conformance suite against the socket transport, in both modes.
 
-use airlock_tests::support::PeakAlloc;
+use airlock_test_support::CountingAlloc;
 
 #[global_allocator]
-static ALLOC: PeakAlloc = PeakAlloc;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 mod inherited {
     use airlock_tests::transport_suite::InheritedFixture;

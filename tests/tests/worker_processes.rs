@@ -290,21 +290,9 @@ async fn worker_stderr_cannot_forge_log_lines_with_unicode_separators() {
     )
     .spawn()
     .await;
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let line = loop {
-        let found = captured
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("stderr-marker"))
-            .cloned();
-        if let Some(line) = found {
-            break line;
-        }
-        assert!(Instant::now() < deadline, "the stderr line never arrived");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let line = captured
+        .first_line_containing("stderr-marker", Duration::from_secs(2))
+        .await;
     let unsafe_chars: Vec<char> = line
         .chars()
         .filter(|c| airlock_codec::is_unsafe_in_text(*c))

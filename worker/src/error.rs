@@ -89,8 +89,11 @@ pub enum ServeError {
     /// A method name is invalid or registered twice.
     #[error("invalid method registration: {0}")]
     InvalidMethod(String),
-    /// The async runtime could not be built, or ended the serving task before it finished
-    /// (for `serve_blocking`).
+    /// The async runtime could not be built (for `serve_blocking`).
     #[error("the runtime failed: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The runtime cancelled the serving task before it finished (for `serve_blocking`): it
+    /// was shut down from elsewhere.
+    #[error("the runtime cancelled the serving task")]
+    ServingCancelled,
 }

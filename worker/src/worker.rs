@@ -300,7 +300,7 @@ impl Worker {
             match tokio::spawn(self.serve()).await {
                 Ok(served) => served,
                 Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-                Err(join) => Err(ServeError::Runtime(std::io::Error::other(join))),
+                Err(_cancelled) => Err(ServeError::ServingCancelled),
             }
         })
     }

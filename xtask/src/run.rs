@@ -66,6 +66,11 @@ where
 pub fn run(command: &mut Command) -> Result {
     announce(command);
     let status = command.status().map_err(|e| cannot_start(command, &e))?;
+    succeeded(command, status)
+}
+
+/// `Ok` if `command` exited with `status` successfully, else the error that names it.
+fn succeeded(command: &Command, status: std::process::ExitStatus) -> Result {
     if status.success() {
         Ok(())
     } else {
@@ -83,13 +88,7 @@ pub fn stdout(command: &mut Command) -> Result<String> {
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| cannot_start(command, &e))?;
-    if !output.status.success() {
-        return Err(Error::new(format!(
-            "command failed ({}): {}",
-            output.status,
-            display(command)
-        )));
-    }
+    succeeded(command, output.status)?;
     String::from_utf8(output.stdout)
         .map_err(|_| Error::new(format!("output is not UTF-8: {}", display(command))))
 }
@@ -111,14 +110,7 @@ pub fn run_scanning_stderr(command: &mut Command, mut on_line: impl FnMut(&str))
         }
     }
     let status = child.wait().map_err(|e| cannot_start(command, &e))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(Error::new(format!(
-            "command failed ({status}): {}",
-            display(command)
-        )))
-    }
+    succeeded(command, status)
 }
 
 /// Prints `command`, runs it with its output discarded, and says whether it succeeded.

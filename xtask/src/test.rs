@@ -43,9 +43,7 @@ pub fn run(options: Options) -> Result {
         "airlock-bench",
     ]);
     if options.stress {
-        // `residual_*` tests are ignored on purpose: each pins a stated residual (SECURITY.md)
-        // that only OS confinement will close, and fails until then.
-        test.args(["--", "--include-ignored", "--skip", "residual_"]);
+        test.args(["--", "--include-ignored"]);
     }
     run::run(&mut test)?;
     python_sdk_tests()?;

@@ -118,6 +118,14 @@ pub enum ConfinementError {
         #[source]
         source: std::io::Error,
     },
+    /// A path the policy grants (the program's included) names another file than when the
+    /// host first spawned under this policy: it was replaced since, so its grant (pinned to
+    /// the file's device and inode) is not extended to the newcomer.
+    #[error("the confinement grants {path:?}, which names another file than when the host first spawned (it was replaced since)")]
+    GrantReplaced {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The worker program cannot be found or named inside the worker's root.
     #[error("the worker program {program:?} cannot be confined: {source}")]
     Program {

@@ -51,10 +51,10 @@ pub(crate) struct LandlockPlan {
     pub(crate) version: i32,
 }
 
-fn rule_error(path: &Path, err: impl std::fmt::Display) -> ConfinementError {
+fn rule_error(path: &Path, source: impl Into<std::io::Error>) -> ConfinementError {
     ConfinementError::Path {
         path: path.to_path_buf(),
-        source: std::io::Error::other(err.to_string()),
+        source: source.into(),
     }
 }
 
@@ -102,17 +102,15 @@ pub(crate) fn plan(
         if let Some((dev, ino)) = grant.identity {
             let found = rustix::fs::fstat(&fd).map_err(|e| rule_error(&grant.path, e))?;
             if found.st_dev != dev || found.st_ino != ino {
-                return Err(ConfinementError::Path {
+                return Err(ConfinementError::GrantReplaced {
                     path: grant.path.clone(),
-                    source: std::io::Error::other(
-                        "it names another file than when the host first spawned (replaced since)",
-                    ),
                 });
             }
         }
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| rule_error(&grant.path, e))?;
+            // Landlock's own error, kept whole as the source.
+            .map_err(|e| rule_error(&grant.path, std::io::Error::other(e)))?;
     }
     Ok(Some(LandlockPlan {
         ruleset: Some(ruleset),
@@ -161,5 +159,35 @@ impl LandlockPlan {
         }
         ruleset.restrict_self().map_err(fail)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn a_grant_naming_another_file_than_its_pin_is_refused_as_replaced() {
+        let dir = std::env::temp_dir().canonicalize().unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        let grant = |identity| Grant {
+            path: dir.clone(),
+            writable: false,
+            is_dir: true,
+            identity: Some(identity),
+        };
+        // The path still names the file it was pinned to: the ruleset is built.
+        assert!(
+            matches!(plan(&[grant((meta.dev(), meta.ino()))], false), Ok(Some(_))),
+            "this kernel builds no Landlock ruleset, so nothing below is checked"
+        );
+        // Pinned to another file: refused, naming the path.
+        match plan(&[grant((meta.dev(), meta.ino() + 1))], false) {
+            Err(ConfinementError::GrantReplaced { path }) => assert_eq!(path, dir),
+            Err(other) => panic!("expected GrantReplaced, got {other}"),
+            Ok(_) => panic!("a replaced grant was accepted"),
+        }
     }
 }

@@ -79,9 +79,14 @@ impl Pair {
         }
     }
 
-    /// A pair past its handshake, events cleared.
+    /// A pair with the default configuration past its handshake, events cleared.
     pub fn ready(methods: &[&str]) -> Self {
-        let mut pair = Self::new(HostConfig::default(), methods);
+        Self::ready_with(HostConfig::default(), methods)
+    }
+
+    /// A pair with the host's `config` past its handshake, events cleared.
+    pub fn ready_with(config: HostConfig, methods: &[&str]) -> Self {
+        let mut pair = Self::new(config, methods);
         pair.pump();
         assert!(
             pair.host.is_ready(),
@@ -122,10 +127,35 @@ impl Pair {
     }
 
     pub fn call(&mut self, method: &'static str, body: &'static [u8]) -> CallId {
-        let deadline = self.now + DEADLINE;
+        self.call_with_deadline(method, body, self.now + DEADLINE)
+    }
+
+    /// Begins a call that must end by `deadline`.
+    pub fn call_with_deadline(
+        &mut self,
+        method: &'static str,
+        body: &'static [u8],
+        deadline: Instant,
+    ) -> CallId {
         self.host
             .begin_call(method, Bytes::from_static(body), deadline, &mut self.rng)
             .expect("begin_call")
+    }
+
+    /// A ready pair with one `echo` call, which the worker (a hostile peer writing its own
+    /// frame) has answered with a `Fail` of kind `Handler` carrying `message`.
+    pub fn handler_failed_with(message: &str) -> (Self, CallId) {
+        let mut pair = Self::ready(&["echo"]);
+        let id = pair.call("echo", b"");
+        pair.pump();
+        pair.inject_frame(&Frame::Fail(airlock_protocol::frame::Fail {
+            id,
+            method: "echo",
+            kind: ErrorKind::Handler.to_wire(),
+            message,
+            code: None,
+        }));
+        (pair, id)
     }
 
     /// Delivers hostile bytes to the host as if the worker wrote them.

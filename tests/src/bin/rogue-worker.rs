@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use airlock_protocol::frame::{encode_frame, Call, Fail, Frame, Hello, Progress, Return};
 use airlock_protocol::{decode_frame, CallId, FrameDecoder, PROTOCOL_VERSION, TOKEN_LEN};
+use airlock_test_support::{hex, varint};
 use airlock_tests::e2e::session_of;
 use airlock_transport_socket::{
     token_from_env, worker_inherited_blocking, AIRLOCK_SOCKET_FD, AIRLOCK_SOCKET_NAME,
@@ -139,7 +140,7 @@ struct Received {
 impl Rogue {
     fn send_raw(&mut self, bytes: &[u8]) {
         if let Some(log) = &mut self.log {
-            let _ = writeln!(log, "> {}", hex(bytes));
+            let _ = writeln!(log, "> {}", hex::encode(bytes));
         }
         // A host that killed us is not an error worth reporting.
         let _ = self.output.write_all(bytes);
@@ -157,7 +158,7 @@ impl Rogue {
             match self.decoder.next_frame() {
                 Ok(Some(frame)) => {
                     if let Some(log) = &mut self.log {
-                        let _ = writeln!(log, "< {}", hex(&frame));
+                        let _ = writeln!(log, "< {}", hex::encode(&frame));
                     }
                     return Some(frame.to_vec());
                 }
@@ -251,11 +252,6 @@ impl Rogue {
     }
 }
 
-/// `v` as the wire's LEB128 varint: the codec's own encoding of a `u64`.
-fn varint(v: u64) -> Vec<u8> {
-    airlock_codec::to_vec(&v).unwrap_or_default()
-}
-
 /// A payload framed with a length prefix, with no check that it is a valid frame.
 fn raw_frame(payload: &[u8]) -> Vec<u8> {
     let mut out = (payload.len() as u32).to_le_bytes().to_vec();
@@ -295,10 +291,6 @@ fn wait_for_release() {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn sleep_forever() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
@@ -322,14 +314,14 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         // ----- codec -----
         "return_len_bomb" => {
             // The body of a byte-string response claims 2^60 bytes.
-            let body = varint(1 << 60);
+            let body = varint::encode(1 << 60);
             rogue.send_raw(&return_frame(id, method, &body));
         }
         "header_len_bomb" => {
             // The method name's length prefix claims 2^40 bytes inside a small frame.
             let mut payload = vec![6u8];
             payload.extend_from_slice(&id.to_bytes());
-            payload.extend(varint(1 << 40));
+            payload.extend(varint::encode(1 << 40));
             payload.extend_from_slice(b"echo");
             rogue.send_raw(&raw_frame(&payload));
         }
@@ -362,7 +354,7 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
         "dribble" => {
             // A valid, honest answer, one byte per 200 ms: only the deadline stops it.
             let bytes = return_frame(id, method, &call.body);
-            mark_with(hex(&bytes).as_bytes());
+            mark_with(hex::encode(&bytes).as_bytes());
             for b in bytes {
                 rogue.send_raw(&[b]);
                 std::thread::sleep(Duration::from_millis(200));
@@ -477,7 +469,7 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             while let Some(raw) = rogue.next_frame() {
                 if let Ok(Frame::Cancel(cancel)) = decode_frame(&raw) {
                     if cancel.id == id {
-                        mark_with(format!("cancel {}", hex(&id.to_bytes())).as_bytes());
+                        mark_with(format!("cancel {}", hex::encode(&id.to_bytes())).as_bytes());
                     }
                 }
             }
@@ -727,7 +719,7 @@ fn impostor() -> ExitCode {
         Ok(1) => "answered",
         _ => "refused",
     };
-    mark_with(format!("impostor {verdict} {}", hex(&token)).as_bytes());
+    mark_with(format!("impostor {verdict} {}", hex::encode(&token)).as_bytes());
     ExitCode::SUCCESS
 }
 

@@ -1,12 +1,10 @@
 //! Helpers shared by the suites, the test peer binary and the benchmarks.
 
-mod alloc;
 mod child_fd;
 mod frames;
 mod nobody;
 mod scenarios;
 
-pub use alloc::PeakAlloc;
 pub use child_fd::pass_socket_fd;
 pub use frames::{hello_frame, pattern, raw_frame};
 pub use nobody::{setpriv, AS_NOBODY};

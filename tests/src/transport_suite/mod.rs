@@ -3,7 +3,7 @@
 //! A [`Fixture`] yields a connected transport and the raw byte stream at its other end; each
 //! case below drives one through the other. [`transport_suite!`](crate::transport_suite!)
 //! turns a fixture into one `#[tokio::test]` per case; the test binary must install
-//! [`PeakAlloc`] as its global allocator (the allocation case
+//! [`CountingAlloc`] as its global allocator (the allocation case
 //! checks that it is there, so it cannot pass vacuously).
 
 mod fixtures;
@@ -19,7 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 pub use fixtures::{InheritedFixture, NamedFixture, PipeFixture};
 
-use crate::support::{pattern, raw_frame, PeakAlloc};
+use airlock_test_support::alloc::{self, CountingAlloc};
+
+use crate::support::{pattern, raw_frame};
 
 /// The peer's raw read half.
 pub type PeerRead = Box<dyn AsyncRead + Unpin + Send>;
@@ -207,15 +209,15 @@ pub async fn length_prefix_over_cap_allocates_nothing<F: Fixture>(fixture: &F) {
     // Reads may reserve a chunk ahead (64 KiB); reserving for the claimed frame would be 1 MiB+.
     const ALLOWED: usize = 256 * 1024;
     assert!(
-        PeakAlloc::is_installed(),
-        "install PeakAlloc as the global allocator"
+        CountingAlloc::is_installed(),
+        "install CountingAlloc as the global allocator"
     );
     // Prove the tripwire works before relying on it: a big allocation shows up in the peak.
-    PeakAlloc::reset();
+    alloc::reset_largest();
     drop(std::hint::black_box(vec![0u8; 3 << 20]));
     assert!(
-        PeakAlloc::peak() >= 3 << 20,
-        "PeakAlloc does not see this thread"
+        alloc::largest() >= 3 << 20,
+        "CountingAlloc does not see this thread"
     );
 
     for claimed in [MAX + 1, u32::MAX] {
@@ -230,12 +232,12 @@ pub async fn length_prefix_over_cap_allocates_nothing<F: Fixture>(fixture: &F) {
         peer.write_all(&[1; 16]).await.expect("write");
         peer.flush().await.expect("flush");
 
-        PeakAlloc::reset();
+        alloc::reset_largest();
         let started = Instant::now();
         let result = tokio::time::timeout(Duration::from_secs(2), recv.recv())
             .await
             .expect("recv waited for bytes that a refused prefix promised");
-        let peak = PeakAlloc::peak();
+        let peak = alloc::largest();
         let elapsed = started.elapsed();
         match result {
             Err(TransportError::Frame(FrameError::TooLarge { len, max })) => {
@@ -303,12 +305,9 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
 }
 
 /// One `#[tokio::test]` per case of the suite, against the fixture `$fixture`.
-///
-/// `close_known_broken = "reason"` marks the `close` case `#[ignore]` for a transport known to
-/// break it, with the reason shown by `cargo test -- --ignored`.
 #[macro_export]
 macro_rules! transport_suite {
-    ($fixture:expr $(, close_known_broken = $reason:literal)? $(,)?) => {
+    ($fixture:expr $(,)?) => {
         #[tokio::test]
         async fn frames_of_every_size_round_trip() {
             $crate::transport_suite::frames_of_every_size_round_trip(&$fixture).await;
@@ -336,7 +335,6 @@ macro_rules! transport_suite {
         }
 
         #[tokio::test]
-        $(#[ignore = $reason])?
         async fn close_ends_the_peer_stream() {
             $crate::transport_suite::close_ends_the_peer_stream(&$fixture).await;
         }

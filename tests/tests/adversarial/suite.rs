@@ -1,5 +1,5 @@
 // The adversarial suite, compiled once per transport by `adversarial.rs` (which defines
-// `TRANSPORT` in the including module and installs the counting allocator `PeakAlloc`).
+// `TRANSPORT` in the including module and installs the counting allocator `CountingAlloc`).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -15,11 +15,16 @@ use airlock_host::{
 };
 use airlock_protocol::frame::{encode_frame, Call, Frame, Welcome};
 use airlock_protocol::{
-    decode_frame, CallId, ErrorKind, HostConfig, Method, RefuseReason, ViolationCode,
+    decode_frame, CallId, ErrorKind, HostConfig, RefuseReason, ViolationCode,
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
-use airlock_tests::e2e::{rogue_host_in, process_alive, rogue_bin, session_of, soon, ScratchDir};
-use airlock_tests::support::{PeakAlloc, STRIKES_AT_A_CALL, SURVIVABLE};
+use airlock_tests::e2e::{
+    fast_restarts, process_alive, rogue_bin, rogue_host_in, session_of, soon, wait_until, Misbehave,
+    ScratchDir,
+};
+use airlock_test_support::alloc::{self, CountingAlloc};
+use airlock_test_support::{hex, varint, ChildMode};
+use airlock_tests::support::{STRIKES_AT_A_CALL, SURVIVABLE};
 use airlock_worker::builtin::{Echo, Pid, Sleep};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -32,17 +37,6 @@ const ALLOC_BOUND: usize = 1 << 20;
 
 // ----- methods the rogue answers (it echoes every body, so each is the identity) -----
 
-macro_rules! method {
-    ($ty:ident, $name:literal, $req:ty => $resp:ty) => {
-        struct $ty;
-        impl Method for $ty {
-            const NAME: &'static str = $name;
-            type Request = $req;
-            type Response = $resp;
-        }
-    };
-}
-
 /// A recursive type: one level of nesting per byte on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct Tree(Vec<Tree>);
@@ -54,10 +48,9 @@ enum Shape {
     Square(u32),
 }
 
-method!(Text, "text", String => String);
-method!(Trees, "tree", Tree => Tree);
-method!(Shapes, "shape", Shape => Shape);
-method!(Misbehave, "misbehave", String => ());
+airlock_host::method!(Text, "text", String => String);
+airlock_host::method!(Trees, "tree", Tree => Tree);
+airlock_host::method!(Shapes, "shape", Shape => Shape);
 
 // ----- the scene: one rogue host, its files, and what it left behind -----
 
@@ -88,7 +81,7 @@ impl Scene {
             .env("ROGUE_PIDS", self.path("pids"))
             .env("ROGUE_PREDICTED", self.path("predicted"))
             .env("ROGUE_RELEASE", self.path("release"))
-            .restart_policy(fast_restarts())
+            .restart_policy(fast_restarts(5))
             .call_timeout(Duration::from_secs(5))
             // No cancel grace: a strike that makes a call miss its deadline takes the worker
             // down at the deadline itself, as these scenarios assert. The grace (a worker that
@@ -189,8 +182,8 @@ impl RogueLog {
             received: Vec::new(),
         };
         for line in text.lines() {
-            let (dir, hex) = line.split_at(2);
-            let bytes = unhex(hex);
+            let (dir, digits) = line.split_at(2);
+            let bytes = hex::decode(digits).expect("the rogue logs frames in hex");
             match dir {
                 "> " => log.writes.push(bytes),
                 "< " => log.received.push(bytes),
@@ -274,39 +267,7 @@ fn as_fail(payload: &[u8]) -> Option<(CallId, u8, String)> {
     }
 }
 
-fn unhex(hex: &str) -> Vec<u8> {
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A LEB128 varint at the start of `bytes`: `(value, bytes used)`.
-fn read_varint(bytes: &[u8]) -> (u64, usize) {
-    let mut value = 0u64;
-    for (i, b) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return (value, i + 1);
-        }
-    }
-    panic!("no varint in {bytes:02x?}");
-}
-
 // ----- common expectations -----
-
-fn fast_restarts() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 5,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    }
-}
 
 /// The body an honest worker returns for `payload`: its encoding.
 fn encoded(payload: &ByteBuf) -> Vec<u8> {
@@ -326,14 +287,6 @@ async fn await_reaped(pid: u32) {
         || !Path::new(&path).exists(),
     )
     .await;
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < limit, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// The call failed for the worker's violation `code`, and by the time it did, the worker was
@@ -370,11 +323,11 @@ async fn await_violation(host: &Host, code: ViolationCode) {
 /// Runs `f` and returns its output with the largest single allocation made meanwhile on this
 /// thread (the whole host, on a current-thread runtime).
 async fn peak_during<F: Future>(f: F) -> (F::Output, usize) {
-    PeakAlloc::reset();
+    alloc::reset_largest();
     let out = f.await;
-    let peak = PeakAlloc::peak();
+    let peak = alloc::largest();
     assert!(
-        PeakAlloc::is_installed(),
+        CountingAlloc::is_installed(),
         "the counting allocator is not installed"
     );
     (out, peak)
@@ -406,7 +359,7 @@ async fn return_len_bomb() {
     let sent = scene.log().sent_after_hello();
     let (rid, rmethod, body) = as_return(&sent[0]).expect("a Return");
     assert_eq!((rid, rmethod.as_str()), (id, method.as_str()));
-    let (claimed, _) = read_varint(&body);
+    let (claimed, _) = varint::read_unchecked(&body).expect("a length prefix");
     assert_eq!(claimed, 1 << 60);
     assert!(claimed > Limits::default().len_budget() as u64);
     assert!(claimed > body.len() as u64);
@@ -441,7 +394,7 @@ async fn header_len_bomb() {
     let frame = &scene.log().sent_after_hello()[0];
     assert_eq!(frame[0], 6, "a Return tag");
     assert_eq!(&frame[1..17], &id.to_bytes(), "aimed at the victim call");
-    let (claimed, _) = read_varint(&frame[17..]);
+    let (claimed, _) = varint::read_unchecked(&frame[17..]).expect("a length prefix");
     assert_eq!(claimed, 1 << 40);
     assert!(claimed > frame.len() as u64);
     assert!(Vec::<u8>::new()
@@ -453,15 +406,27 @@ async fn header_len_bomb() {
     scene.assert_replaced(&host).await;
 }
 
-/// The full name the test harness knows `test` in this module by (`socket_named::NAME`).
-fn test_name(test: &str) -> String {
-    let module = module_path!();
-    let within_crate = module.split_once("::").map_or(module, |(_, rest)| rest);
-    format!("{within_crate}::{test}")
+/// Names the file that holds the rogue's body, for `deep_nesting`'s child.
+const CHILD_BODY: &str = "AIRLOCK_DEEP_NESTING_BODY";
+
+/// `deep_nesting`'s child part: decodes the body its parent saved with plain postcard, which
+/// is expected to overflow the stack and abort the process.
+fn plain_postcard_decodes_the_saved_body() {
+    let path = std::env::var_os(CHILD_BODY).expect("the parent names the body's file");
+    let body = std::fs::read(path).unwrap();
+    let decoded = postcard::from_bytes::<Tree>(&body);
+    // Reached only if plain postcard bounded its recursion; the parent then reports the
+    // attack as not live.
+    println!("plain postcard returned: {:?}", decoded.map(|_| ()));
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn deep_nesting() {
+    let child = ChildMode::of(module_path!(), "deep_nesting");
+    if child.in_child() {
+        plain_postcard_decodes_the_saved_body();
+        return;
+    }
     let scene = Scene::new("deep_nesting");
     let host = scene.spawn("deep_nesting").await;
     let (outcome, peak) = peak_during(host.call::<Trees>(&Tree(vec![]))).await;
@@ -474,20 +439,19 @@ async fn deep_nesting() {
     assert_eq!(body.len(), 100_001);
     let body_file = scene.path("body");
     std::fs::write(&body_file, &body).unwrap();
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg(test_name("deep_nesting_tripwire_child"))
-        .args(["--exact", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env("AIRLOCK_TRIPWIRE_BODY", &body_file)
+    let output = child
+        .command()
+        .env(CHILD_BODY, &body_file)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&child.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(child.ran(&output.stdout), "the child never ran: {output:?}");
     {
         use std::os::unix::process::ExitStatusExt;
         assert!(
-            child.status.signal().is_some() && stderr.contains("overflowed its stack"),
+            output.status.signal().is_some() && stderr.contains("overflowed its stack"),
             "the attack is not live: plain postcard survived ({:?}): {stderr}",
-            child.status
+            output.status
         );
     }
     // airlock's decoder refuses the identical bytes at its depth budget, without recursing.
@@ -502,21 +466,6 @@ async fn deep_nesting() {
     );
     assert_within(peak, ALLOC_BOUND);
     scene.assert_replaced(&host).await;
-}
-
-/// Not a test of airlock: `deep_nesting` runs this in a child process to show that plain
-/// postcard overflows the stack on the rogue's body. Ignored, so it runs only when asked.
-#[test]
-#[ignore = "a helper that deep_nesting runs in a child process"]
-fn deep_nesting_tripwire_child() {
-    let Some(path) = std::env::var_os("AIRLOCK_TRIPWIRE_BODY") else {
-        return;
-    };
-    let body = std::fs::read(path).unwrap();
-    let decoded = postcard::from_bytes::<Tree>(&body);
-    // Reached only if plain postcard bounded its recursion; the parent then reports the
-    // attack as not live.
-    println!("plain postcard returned: {:?}", decoded.map(|_| ()));
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -548,7 +497,7 @@ async fn bad_enum_tag() {
     let (id, method, _) = scene.log().only_call();
     let (rid, rmethod, body) = as_return(&scene.log().sent_after_hello()[0]).unwrap();
     assert_eq!((rid, rmethod), (id, method));
-    assert_eq!(read_varint(&body).0, 200);
+    assert_eq!(varint::read_unchecked(&body).map(|(tag, _)| tag), Some(200));
 
     assert_eq!(
         outcome,
@@ -668,7 +617,8 @@ async fn dribble() {
 
     // Live: the frame being dribbled is the honest answer, which the host would accept whole;
     // only some of its bytes, one per write, arrived before the deadline.
-    let intended = unhex(&scene.mark().expect("the rogue recorded its frame"));
+    let intended = hex::decode(&scene.mark().expect("the rogue recorded its frame"))
+        .expect("the rogue records its frame in hex");
     let (id, _, _) = scene.log().only_call();
     let (rid, _, body) = as_return(&intended[4..]).unwrap();
     assert_eq!((rid, body), (id, encoded(&payload)));
@@ -1286,7 +1236,7 @@ async fn ignore_cancel() {
         .0;
     assert_eq!(
         scene.mark().unwrap(),
-        format!("cancel {}", hex(&victim_id.to_bytes()))
+        format!("cancel {}", hex::encode(&victim_id.to_bytes()))
     );
     assert!(process_alive(scene.striker()));
 
@@ -1675,7 +1625,7 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
             .env("ROGUE_PIDS", scene.path("pids"))
             .restart_policy(RestartPolicy {
                 max_restarts: 100,
-                ..fast_restarts()
+                ..fast_restarts(5)
             })
             .call_timeout(Duration::from_secs(5)),
     )
