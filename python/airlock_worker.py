@@ -101,6 +101,9 @@ MAX_ERROR_MESSAGE = 4096
 FINISHED_ID_MEMORY = 4096
 DEFAULT_HANDSHAKE_TIMEOUT = 10
 DEFAULT_SEND_TIMEOUT = 5
+# Seconds the host lets a worker finish a call past its deadline (answering the Cancel) before
+# it kills the worker; this SDK answers a Cancel at once (PROTOCOL.md §8, §9).
+DEFAULT_CANCEL_GRACE = 1
 
 # The decoding budgets' defaults (section 3.5).
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024

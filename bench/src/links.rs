@@ -283,6 +283,11 @@ pub fn spawn_host(
     )?)
 }
 
+/// A default-confined host over the pipe in the opt-in low-latency mode (`window` of spin).
+pub fn spawn_low_latency_host(rt: &Runtime, worker: &str, window: Duration) -> Result<Host, Error> {
+    Ok(rt.block_on(Host::builder(worker).low_latency(window).spawn())?)
+}
+
 /// A `Pool` of `size` default-confined workers.
 pub fn spawn_pool(rt: &Runtime, worker: &str, size: usize) -> Result<Pool, Error> {
     Ok(rt.block_on(Pool::builder(Host::builder(worker)).size(size).spawn())?)

@@ -194,7 +194,17 @@ fn small_calls(
             Ok(micros_per(n, links::calls(current, &old_host, n)?))
         }));
     }
-    let measured = vec![
+    // The opt-in low-latency mode only pays off when host and worker run on different CPUs.
+    let spin_host = match regime {
+        "unpinned" => Some(links::spawn_low_latency_host(
+            &current,
+            worker,
+            Duration::from_micros(50),
+        )?),
+        _ => None,
+    };
+    let mut raw_pipe_3 = RawLink::echo(Raw::Pipe)?;
+    let mut measured = vec![
         Measured {
             row: first,
             bursts: first_bursts,
@@ -239,10 +249,28 @@ fn small_calls(
             ],
         },
     ];
+    if let Some(spin_host) = &spin_host {
+        let current = &current;
+        measured.push(Measured {
+            row: Row::new(
+                format!(
+                    "small call, {regime}, pipe, current-thread host, low-latency mode (50 µs)"
+                ),
+                Unit::Micros,
+                "Host::call Echo 64 B, HostBuilder::low_latency(50 µs)",
+                &["raw blocking pipe"],
+            ),
+            bursts: vec![
+                Box::new(move || Ok(micros_per(n, links::calls(current, spin_host, n)?))),
+                Box::new(|| Ok(micros_per(n, raw_pipe_3.round_trips(n)?))),
+            ],
+        });
+    }
     let rows = interleave(measured, scale.reps)?;
     for host in [&pipe_host, &socket_host]
         .into_iter()
         .chain(old_host.as_ref())
+        .chain(spin_host.as_ref())
     {
         current.block_on(host.shutdown());
     }
