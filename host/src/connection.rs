@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -42,17 +42,30 @@ use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{oneshot, Notify};
 
 use crate::response::ResponseDecoding;
-use crate::supervisor::{CallReply, CallRequest, Decode, Updates};
+use crate::supervisor::{CallReply, CallRequest, Decode};
+use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::{CallError, LostReason};
 
 /// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
 /// it holds a [`Core`] while a worker is connected.
-#[derive(Default)]
 pub(crate) struct Live {
     core: Mutex<Option<Core>>,
     /// Wakes the supervisor: events it must handle, a failed write, or a deadline earlier
     /// than its timer.
     pub(crate) wake: Notify,
+    /// The low-latency mode's window (`HostBuilder::low_latency`), if on.
+    spin: Option<Duration>,
+    /// Until when the reader may spin, in nanoseconds since `epoch`. Only a call this host
+    /// begins moves it (by one window): the worker's frames never do, so a worker cannot keep
+    /// the host's CPU busy by pacing frames, only the host's own calls can.
+    spin_until: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Self::new(None)
+    }
 }
 
 impl std::fmt::Debug for Live {
@@ -74,6 +87,35 @@ pub(crate) enum Party {
 }
 
 impl Live {
+    /// A host's connection state, spinning for `spin` after each call it begins.
+    pub(crate) fn new(spin: Option<Duration>) -> Self {
+        Self {
+            core: Mutex::new(None),
+            wake: Notify::new(),
+            spin,
+            spin_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A call was begun: the reader may spin for one window waiting for its answer.
+    fn grant_spin(&self) {
+        if let Some(window) = self.spin {
+            let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+            let until = self.since_epoch().saturating_add(window);
+            self.spin_until.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the reader should poll again instead of sleeping.
+    pub(crate) fn spinning(&self) -> bool {
+        self.spin.is_some() && self.since_epoch() < self.spin_until.load(Ordering::Relaxed)
+    }
+
     /// The core, even if a thread panicked while holding it (every update to it is complete
     /// before anything that can panic runs).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
@@ -102,6 +144,7 @@ impl Live {
         if wake {
             self.wake.notify_one();
         }
+        self.grant_spin();
         settled.finish(self, by, None);
         Ok(())
     }
@@ -483,20 +526,24 @@ fn deliver(
 
 /// Decodes and delivers a streaming call's updates, in order, before the reader takes the
 /// worker's next frame (so every update is with its caller before the call's answer). An
-/// update that does not decode is a lie: the worker is cut off (false is returned). Waits while
-/// a caller's channel is full: the worker's other frames wait with it, bounded by the
-/// deadlines, which the supervisor keeps.
+/// update that does not decode is a lie: the worker is cut off (false is returned). Waits only
+/// while the worker's undelivered updates would pass their budget (`updates`): then the
+/// worker's other frames wait with it, bounded by the deadlines, which the supervisor keeps.
 async fn deliver_updates(
     live: &Live,
     generation: u64,
     updates: Vec<(Updates, Bytes)>,
     limits: &ResponseDecoding,
+    budget: &Arc<UpdateBudget>,
 ) -> bool {
     for (updates, body) in updates {
         match (updates.decode)(&body, limits) {
-            // A caller that dropped its stream takes no more updates: nothing to do.
             Ok(update) => {
-                let _ = updates.sender.send(update).await;
+                budget.take(body.len()).await;
+                let delivered = Delivered::new(update, body.len(), Arc::clone(budget));
+                // A caller that dropped its stream takes no more updates: the update is
+                // dropped here, and its share of the budget given back.
+                let _ = updates.sender.send(delivered);
             }
             Err(_) => {
                 cut_off_liar(live, generation);
@@ -541,14 +588,13 @@ pub(crate) async fn read_frames(
     generation: u64,
     mut raise: oneshot::Receiver<u32>,
     limits: ResponseDecoding,
-    spin: Option<Duration>,
+    budget: Arc<UpdateBudget>,
 ) {
     let mut raised = false;
-    // Low-latency mode: after each frame, poll for the next one until the window closes
-    // instead of sleeping until it arrives (`HostBuilder::low_latency`).
-    let mut spin_until: Option<Instant> = None;
     loop {
-        let spinning = spin_until.is_some_and(|until| Instant::now() < until);
+        // Low-latency mode: for a window after each call begins, poll for the worker's frames
+        // instead of sleeping until they arrive (`HostBuilder::low_latency`).
+        let spinning = live.spinning();
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -561,7 +607,6 @@ pub(crate) async fn read_frames(
             item = receiver.recv() => item,
             () = tokio::task::yield_now(), if spinning => continue,
         };
-        spin_until = spin.map(|window| Instant::now() + window);
         let last = !matches!(item, Ok(Some(_)));
         let settled = {
             let mut guard = live.lock();
@@ -593,7 +638,7 @@ pub(crate) async fn read_frames(
         if settled.finish(&live, Party::Reader, Some((&limits, generation))) || last {
             return;
         }
-        if !deliver_updates(&live, generation, updates, &limits).await {
+        if !deliver_updates(&live, generation, updates, &limits, &budget).await {
             return;
         }
     }

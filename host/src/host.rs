@@ -231,7 +231,9 @@ impl Host {
         let (commands, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
-        let live = Arc::new(Live::default());
+        let live = Arc::new(Live::new(airlock_protocol::spin::effective_window(
+            settings.low_latency,
+        )));
         let a_process = matches!(launcher, Launcher::Process);
         let supervisor = Supervisor::new(
             Arc::clone(&settings),

@@ -96,6 +96,7 @@ mod stderr;
 mod streaming;
 mod supervisor;
 mod sys;
+mod updates;
 
 pub use config::{
     RestartPolicy, StderrPolicy, TransportChoice, DEFAULT_CALL_TIMEOUT, DEFAULT_SEND_TIMEOUT,

@@ -1,6 +1,5 @@
 //! Streaming calls: a [`Streaming`] method's progress updates, in order, then its answer.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::time::Instant;
@@ -9,13 +8,8 @@ use airlock_protocol::Streaming;
 use tokio::sync::mpsc;
 
 use crate::host::{decode_response, Begun};
-use crate::supervisor::Updates;
+use crate::updates::{Delivered, Updates};
 use crate::{CallError, Host, InProcess, Pool};
-
-/// Updates a streaming call holds for its caller before the reader waits for the caller to
-/// take some. A caller that stops taking updates holds up its worker's other frames (bounded
-/// by their deadlines), never the host's memory.
-const UPDATE_BUFFER: usize = 16;
 
 /// A streaming call in flight: take its updates with [`next`](Self::next), then its outcome
 /// with [`result`](Self::result).
@@ -23,7 +17,9 @@ const UPDATE_BUFFER: usize = 16;
 /// Every update was decoded by the budgeted codec where its frame was accepted (one that does
 /// not decode ends the worker, and the call fails with `WorkerLost(UndecodableResponse)`). The
 /// call's deadline and the per-call update quota (`HostConfig::max_progress_per_call`) hold as
-/// for any call. Dropping it before the outcome cancels the call.
+/// for any call. Updates wait here for the caller; a worker's untaken updates may total at
+/// most its `max_frame` bytes, beyond which the host stops reading that worker until some are
+/// taken (small updates never come near it). Dropping it before the outcome cancels the call.
 ///
 /// ```no_run
 /// use airlock_host::{method, Host};
@@ -39,7 +35,7 @@ const UPDATE_BUFFER: usize = 16;
 #[must_use = "a streaming call is cancelled when dropped"]
 pub struct CallStream<'a, M: Streaming> {
     begun: Begun<'a>,
-    updates: Option<mpsc::Receiver<Box<dyn Any + Send>>>,
+    updates: Option<mpsc::UnboundedReceiver<Delivered>>,
     _method: PhantomData<fn() -> M>,
 }
 
@@ -58,7 +54,10 @@ impl<M: Streaming> CallStream<'_, M> {
     pub async fn next(&mut self) -> Option<M::Progress> {
         let updates = self.updates.as_mut()?;
         match updates.recv().await {
-            Some(update) => match update.downcast::<M::Progress>() {
+            // Taking it gives its bytes back to its worker's budget (when `delivered` drops).
+            Some(mut delivered) => match std::mem::replace(&mut delivered.update, Box::new(()))
+                .downcast::<M::Progress>()
+            {
                 Ok(update) => Some(*update),
                 // Only this call's decoder fills its channel.
                 Err(_) => None,
@@ -98,7 +97,7 @@ impl Host {
                 "Method::NAME must be 1-64 bytes of [A-Za-z0-9._-]"
             )
         };
-        let (sender, receiver) = mpsc::channel(UPDATE_BUFFER);
+        let (sender, receiver) = mpsc::unbounded_channel();
         let updates = Updates {
             decode: decode_response::<M::Progress>,
             sender,

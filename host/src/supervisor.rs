@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
+pub(crate) use crate::updates::Updates;
 
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
@@ -57,16 +58,6 @@ pub(crate) struct CallRequest {
     pub(crate) reply: oneshot::Sender<CallReply>,
     /// A streaming call's update channel (`Host::call_streaming`); `None` drops updates.
     pub(crate) updates: Option<Updates>,
-}
-
-/// Where a streaming call's updates go: decoded (to the method's progress type) by the reader
-/// where each `Progress` frame is accepted, then sent to the caller. The channel is bounded:
-/// a caller that stops taking updates holds up the worker's reader (backpressure), never the
-/// host's memory.
-#[derive(Clone)]
-pub(crate) struct Updates {
-    pub(crate) decode: Decode,
-    pub(crate) sender: mpsc::Sender<Box<dyn std::any::Any + Send>>,
 }
 
 /// Decodes a response body into the method's response type, boxed for the caller.
@@ -396,7 +387,7 @@ impl Supervisor {
             self.generation,
             raise_rx,
             limits,
-            airlock_protocol::spin::effective_window(self.settings.low_latency),
+            crate::updates::UpdateBudget::new(self.settings.protocol.frame_limit() as usize),
         ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 

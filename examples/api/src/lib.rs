@@ -86,3 +86,9 @@ airlock_protocol::method!(
     /// Counts the pixels of an image in 16 brightness bands (0-15, 16-31, ...).
     pub Histogram, "histogram", Image => [u64; 16]
 );
+
+airlock_protocol::method!(
+    /// Shrinks a batch of images, one after another, sending the number of images done so far
+    /// as a progress update after each (a streaming method: `Host::call_streaming`).
+    pub MakeThumbnails, "thumbnails", Vec<ThumbnailRequest> => Vec<Thumbnail>, progress u32
+);

@@ -5,7 +5,9 @@
 //! Run it through a host (`thumbnail-host`, `thumbnail-blocking`), never by hand: the host
 //! spawns it confined, hands it its channel and verifies it before the first call.
 
-use airlock_example_api::{Histogram, Image, MakeThumbnail, Thumbnail, ThumbnailRequest};
+use airlock_example_api::{
+    Histogram, Image, MakeThumbnail, MakeThumbnails, Thumbnail, ThumbnailRequest,
+};
 use airlock_worker::{HandlerError, Worker};
 
 fn main() -> Result<(), airlock_worker::ServeError> {
@@ -15,6 +17,20 @@ fn main() -> Result<(), airlock_worker::ServeError> {
         // large image does not hold up the calls beside it.
         .blocking_method::<MakeThumbnail, _>(thumbnail)
         .blocking_method::<Histogram, _>(|image| histogram(&image))
+        // A batch, with a progress update after each image. Each image is a short piece of
+        // work between two `.await`s, so the serving loop takes other calls in between.
+        .streaming_method::<MakeThumbnails, _, _>(|batch, mut progress| async move {
+            let mut done = Vec::with_capacity(batch.len());
+            for request in batch {
+                done.push(thumbnail(request)?);
+                let count = u32::try_from(done.len()).unwrap_or(u32::MAX);
+                progress
+                    .send(&count)
+                    .await
+                    .map_err(|e| HandlerError::new(e.to_string()))?;
+            }
+            Ok(done)
+        })
         .serve_blocking()
 }
 
