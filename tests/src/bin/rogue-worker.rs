@@ -19,7 +19,9 @@
 //!   forged frame of `predictable_id`; the grandchild's pid (`fork_grandchild`,
 //!   `setsid_grandchild`, which marks `no grandchild: ERROR` if it could not start one); the
 //!   hex of the frame about to be dribbled (`dribble`); `cancel <hex id>` once a `Cancel` it
-//!   ignores has arrived (`ignore_cancel`); "closing" before it drops fd 1 (`close_write_side`).
+//!   ignores has arrived (`ignore_cancel`); "closing" before it drops fd 1 (`close_write_side`);
+//!   "sent" once all of `fat_updates`' updates and answers are written (after the act: the
+//!   host only reads them, it has no reason to kill the rogue).
 //! - `ROGUE_LOG=path`: written only by a worker that strikes. One line per event: `> HEX` for
 //!   bytes written to the host, exactly as one `write` (a whole frame, a bare prefix, a single
 //!   dribbled byte), and `< HEX` for each frame payload received (no length prefix).
@@ -297,6 +299,9 @@ fn sleep_forever() -> ! {
     }
 }
 
+/// The byte-string length of each `fat_updates` update: under a 64 KiB `max_frame`.
+const FAT_UPDATE_LEN: usize = 60 * 1024;
+
 /// The id a counter-based scheme would give the call after `id`.
 fn next_counter_id(id: CallId) -> CallId {
     CallId::from_bytes(
@@ -361,6 +366,13 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             }
             sleep_forever();
         }
+        "fast_dribble" => {
+            // A valid, honest answer, one byte per 5 ms: inside any spin window.
+            for b in return_frame(id, method, &call.body) {
+                rogue.send_raw(&[b]);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         "garbage_between_frames" => {
             rogue.answer(call);
             rogue.send_raw(&[3, 0, 0, 0, 0xde, 0xad, 0xbe]);
@@ -424,6 +436,43 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                     body: b"p",
                 }));
             }
+        }
+        "fat_updates" => {
+            // Takes three more calls, then sends each of the four 16 updates of a 60 KiB byte
+            // string (as many as a streaming caller's buffer holds, so the host's reader never
+            // waits), then its honest answer; marks "sent" once every write is done.
+            let mut rest = Vec::new();
+            while rest.len() < 3 {
+                match rogue.next_call() {
+                    Some(next) => rest.push(next),
+                    None => return,
+                }
+            }
+            let mut body = varint::encode(FAT_UPDATE_LEN as u64);
+            body.resize(body.len() + FAT_UPDATE_LEN, 0xab);
+            for call in std::iter::once(call).chain(&rest) {
+                for _ in 0..16 {
+                    rogue.send(&Frame::Progress(Progress {
+                        id: call.id,
+                        method: &call.method,
+                        body: &body,
+                    }));
+                }
+                rogue.answer(call);
+            }
+            mark_with(b"sent");
+        }
+        "paced_progress" => {
+            // 100 updates 8 ms apart (inside a 10 ms spin window), then the honest answer.
+            for _ in 0..100 {
+                rogue.send(&Frame::Progress(Progress {
+                    id,
+                    method,
+                    body: b"p",
+                }));
+                std::thread::sleep(Duration::from_millis(8));
+            }
+            rogue.answer(call);
         }
         // ----- errors -----
         "fail_huge_message" => {
