@@ -70,6 +70,18 @@ pub fn example_host_bin() -> PathBuf {
     built("airlock-example-host", "thumbnail-host", &CELL)
 }
 
+/// `thumbnail-batch`, the example of a `Pool` batch with a progress bar (`examples/host`).
+pub fn example_batch_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-example-host", "thumbnail-batch", &CELL)
+}
+
+/// `json-call`, the example of a dynamic call read from JSON (`examples/host`).
+pub fn example_json_call_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-example-host", "json-call", &CELL)
+}
+
 /// `thumbnail-blocking`, the example of a host without an async runtime (`examples/host`).
 pub fn example_blocking_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();

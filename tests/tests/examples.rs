@@ -1,13 +1,17 @@
-//! The examples run, so they cannot rot: `thumbnail-host` (async) and `thumbnail-blocking` (no
-//! runtime of its own) each spawn `thumbnail-worker` under the default confinement, call it,
-//! and exit successfully with the answers they print. And each side depends on its own airlock
+//! The examples run, so they cannot rot: `thumbnail-host` (async), `thumbnail-blocking` (no
+//! runtime of its own) and `thumbnail-batch` (a `Pool` fed by streaming calls) each spawn
+//! `thumbnail-worker` under the default confinement, call it, and exit successfully with the
+//! answers they print; `json-call` makes a dynamic call of the bundled worker. And each side depends on its own airlock
 //! crate alone, besides the crate of methods both share.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_tests::e2e::{example_blocking_bin, example_host_bin, example_worker_bin};
+use airlock_tests::e2e::{
+    example_batch_bin, example_blocking_bin, example_host_bin, example_json_call_bin,
+    example_worker_bin, worker_bin,
+};
 
 /// Runs `program worker`, killing it if it has not finished within a minute.
 fn run_example(program: &Path, worker: &Path) -> Output {
@@ -47,7 +51,7 @@ fn the_async_example_host_calls_its_own_worker() {
     assert_ran(
         &output,
         &[
-            "worker thumbnailer 0.1.0 serves [\"histogram\", \"thumbnail\"]",
+            "worker thumbnailer 0.1.0 serves [\"histogram\", \"thumbnail\", \"thumbnails\"]",
             "thumbnail of gradient (4194304 bytes): 256x256, mean brightness 126.9",
             "refused by the worker: broken: 3 pixels for 10x10 (code Some(1))",
             "histograms of 12 tiles: 1327104 pixels",
@@ -64,6 +68,29 @@ fn the_blocking_example_host_calls_its_own_worker_without_a_runtime() {
             "thumbnail: 256x192, mean brightness 126.9",
             "histograms of 8 tiles from 8 threads: 69120 pixels",
         ],
+    );
+}
+
+#[test]
+fn the_batch_example_streams_its_progress_over_a_pool() {
+    let output = run_example(&example_batch_bin(), &example_worker_bin());
+    assert_ran(
+        &output,
+        &["96 thumbnails in 12 streamed batches over 3 workers (12 calls ok, 0 failed)"],
+    );
+}
+
+#[test]
+fn the_json_example_makes_a_dynamic_call() {
+    let output = Command::new(example_json_call_bin())
+        .arg(worker_bin())
+        .arg("echo_value")
+        .arg(r#"{"name": "cat", "size": [640, 480], "ratio": 1.5, "tags": null}"#)
+        .output()
+        .unwrap();
+    assert_ran(
+        &output,
+        &[r#"{"name":"cat","ratio":1.5,"size":[640,480],"tags":null}"#],
     );
 }
 
