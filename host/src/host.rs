@@ -122,9 +122,10 @@ impl HostBuilder {
         self
     }
 
-    /// Opt-in low-latency mode: after each message, the host's reader and the worker spin for
-    /// up to `window` (polling their channel instead of sleeping) before they block, so an
-    /// answer that comes within it is seen without a wake-up. Off by default. At most
+    /// Opt-in low-latency mode: the host's reader spins for up to `window` after each call
+    /// this host begins, and the worker for up to `window` after each frame it receives
+    /// (polling their channel instead of sleeping), so an answer that comes within it is seen
+    /// without a wake-up. A worker's frames never extend the host's spin. Off by default. At most
     /// [`MAX_SPIN`](airlock_protocol::spin::MAX_SPIN) (10 ms; more fails the spawn with
     /// `ConfigError::SpinTooLong`); 20–100 µs covers a worker's turnaround for small calls.
     ///
