@@ -117,6 +117,17 @@ where
     M: Method,
     F: Fn(M::Request, &CancelToken) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
 {
+    erase_blocking_with_token::<Typed<M>, F>(handler)
+}
+
+/// A blocking handler, with the call's [`CancelToken`], on tokio's blocking pool. The permit
+/// moves onto the blocking thread: if the call is cancelled, the handler still runs there
+/// until it returns (early, if it watches its token), and still counts against the limit.
+fn erase_blocking_with_token<B, F>(handler: F) -> ErasedHandler
+where
+    B: Bodies,
+    F: Fn(B::Request, &CancelToken) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
+{
     let handler = Arc::new(handler);
     Arc::new(
         move |body: Bytes,
@@ -126,13 +137,13 @@ where
               -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
-                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
+                let request = B::decode(&body, &limits).map_err(bad_request)?;
                 let token = CancelToken::default();
                 // Cancels the token when this future goes, however it goes.
                 let _cancel_on_drop = CancelOnDrop(token.clone());
                 let run = move || {
                     let _permit = permit;
-                    encode_response::<Typed<M>>(handler(request, &token))
+                    encode_response::<B>(handler(request, &token))
                 };
                 join_blocking(tokio::task::spawn_blocking(run).await)
             })
@@ -213,24 +224,5 @@ where
     B: Bodies,
     F: Fn(B::Request) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
 {
-    let handler = Arc::new(handler);
-    Arc::new(
-        move |body: Bytes,
-              limits: Limits,
-              permit: OwnedSemaphorePermit,
-              _: CallContext|
-              -> BoxFuture {
-            let handler = Arc::clone(&handler);
-            Box::pin(async move {
-                let request = B::decode(&body, &limits).map_err(bad_request)?;
-                // The permit moves onto the blocking thread: if the call is cancelled, the
-                // handler still runs to its end there, and still counts against the limit.
-                let run = move || {
-                    let _permit = permit;
-                    encode_response::<B>(handler(request))
-                };
-                join_blocking(tokio::task::spawn_blocking(run).await)
-            })
-        },
-    )
+    erase_blocking_with_token::<B, _>(move |request, _: &CancelToken| handler(request))
 }
