@@ -74,7 +74,7 @@ async fn main() -> Result<(), Error> {
         pid
     );
 
-    section("3. A call past its deadline: the hung worker is killed and replaced");
+    section("3. A call past its deadline: Timeout at once, the handler cancelled, the worker kept");
     let deadline = Instant::now() + Duration::from_millis(300);
     let t = Instant::now();
     let result = host.call_with_deadline::<Sleep>(&60_000, deadline).await;
@@ -85,16 +85,44 @@ async fn main() -> Result<(), Error> {
     if result != Err(CallError::Timeout) {
         return Err(format!("expected Timeout, got {result:?}").into());
     }
-    let fresh = worker_pid(&host).await?;
-    // The timeout is delivered only after the hung worker is reaped: its pid is gone already.
-    if fresh == pid || std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        return Err(format!("worker {pid} was not replaced (fresh {fresh})").into());
+    // The handler honoured the Cancel within the cancel grace: nothing beside it was lost.
+    tokio::time::sleep(airlock_host::DEFAULT_CANCEL_GRACE + Duration::from_millis(200)).await;
+    let same = worker_pid(&host).await?;
+    if same != pid || host.stats().restarts != 0 {
+        return Err(format!("worker {pid} was replaced by {same} for a cancelled handler").into());
     }
     println!(
-        "   worker {pid} was SIGKILLed and reaped; fresh worker {fresh} answers: sum([2, 2]) = {}",
+        "   the handler was cancelled; the same worker {same} answers: sum([2, 2]) = {}",
         host.call::<Sum>(&vec![2, 2]).await?
     );
     host.shutdown().await;
+
+    section("3b. A worker still running the handler when the cancel grace ends is killed");
+    let hung = Host::builder(&rogue)
+        .arg("hang")
+        .protocol(
+            airlock_host::HostConfig::default()
+                .cancel_grace(Duration::from_millis(200))
+                .map_err(|e| e.to_string())?,
+        )
+        .spawn()
+        .await?;
+    let t = Instant::now();
+    let one = vec![1];
+    let victim =
+        hung.call_with_deadline::<Sleep>(&60_000, Instant::now() + Duration::from_millis(300));
+    let neighbour = hung.call_with_deadline::<Sum>(&one, Instant::now() + Duration::from_secs(5));
+    let (victim, neighbour) = tokio::join!(victim, neighbour);
+    println!(
+        "   the hung worker's call -> {victim:?}; its neighbour -> {neighbour:?} after {:?}",
+        t.elapsed()
+    );
+    if victim != Err(CallError::Timeout)
+        || neighbour != Err(CallError::WorkerLost(LostReason::OtherCallTimedOut))
+    {
+        return Err("the hung worker was not put down at the end of its grace".into());
+    }
+    hung.shutdown().await;
 
     section("4. Hostile workers are refused, each with its violation code");
     for (scenario, what) in [
