@@ -88,12 +88,22 @@ where
     F: Fn(B::Request) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<B::Response, HandlerError>> + Send + 'static,
 {
+    erase_async_with_context::<B, _, _>(move |request, _: CallContext| handler(request))
+}
+
+/// An async handler that also gets its call's [`CallContext`] (its progress channel).
+fn erase_async_with_context<B, F, Fut>(handler: F) -> ErasedHandler
+where
+    B: Bodies,
+    F: Fn(B::Request, CallContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<B::Response, HandlerError>> + Send + 'static,
+{
     let handler = Arc::new(handler);
     Arc::new(
         move |body: Bytes,
               limits: Limits,
               permit: OwnedSemaphorePermit,
-              _: CallContext|
+              context: CallContext|
               -> BoxFuture {
             let handler = Arc::clone(&handler);
             Box::pin(async move {
@@ -102,7 +112,7 @@ where
                 // `Panic`, not the serving loop's death. A large body's call runs in a task of its
                 // own from its first poll, so its decoding does not stall other calls.
                 let request = B::decode(&body, &limits).map_err(bad_request)?;
-                encode_response::<B>(handler(request).await)
+                encode_response::<B>(handler(request, context).await)
             })
         },
     )
@@ -199,21 +209,9 @@ where
     F: Fn(M::Request, Progress<M::Progress>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<M::Response, HandlerError>> + Send + 'static,
 {
-    let handler = Arc::new(handler);
-    Arc::new(
-        move |body: Bytes,
-              limits: Limits,
-              permit: OwnedSemaphorePermit,
-              context: CallContext|
-              -> BoxFuture {
-            let handler = Arc::clone(&handler);
-            Box::pin(async move {
-                let _permit = permit;
-                let request = Typed::<M>::decode(&body, &limits).map_err(bad_request)?;
-                encode_response::<Typed<M>>(handler(request, Progress::new(context)).await)
-            })
-        },
-    )
+    erase_async_with_context::<Typed<M>, _, _>(move |request, context| {
+        handler(request, Progress::new(context))
+    })
 }
 
 /// Wraps a blocking handler whose bodies are encoded as `B` says: it runs on tokio's blocking
