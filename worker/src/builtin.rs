@@ -50,6 +50,17 @@ crate::method!(
     /// How many `crunch` handlers have stopped early because their call was cancelled.
     pub CrunchesCancelled, "crunches_cancelled", () => u64);
 crate::method!(
+    /// Returns its payload unchanged, from a blocking handler.
+    pub EchoBlocking, "echo_blocking", ByteBuf => ByteBuf);
+crate::method!(
+    /// Sleeps the given milliseconds in a blocking handler, then answers the name of the thread
+    /// it ran on: `main` when the serving thread ran it (the fast path of a worker with
+    /// `max_concurrency` 1), else a pool thread's name.
+    pub BlockingThread, "blocking_thread", u64 => String);
+crate::method!(
+    /// Panics with the given message, in a blocking handler.
+    pub PanicBlocking, "panic_blocking", String => ());
+crate::method!(
     /// The worker's process id.
     pub Pid, "pid", () => u32);
 crate::method!(
@@ -124,6 +135,15 @@ pub fn builtin_worker() -> Worker {
             }
             Ok(millis)
         })
+        .blocking_method::<EchoBlocking, _>(Ok)
+        .blocking_method::<BlockingThread, _>(|millis| {
+            std::thread::sleep(Duration::from_millis(millis));
+            Ok(std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned())
+        })
+        .blocking_method::<PanicBlocking, _>(|message| std::panic::panic_any(message))
         .method::<CrunchesCancelled, _, _>(|()| async move {
             Ok(CRUNCHES_CANCELLED.load(std::sync::atomic::Ordering::Relaxed))
         })

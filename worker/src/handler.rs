@@ -19,10 +19,29 @@ pub(crate) type Reply = Result<Bytes, RemoteError>;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
-/// A registered method: takes the raw request body, the decoding budgets and the concurrency
+/// An async handler: takes the raw request body, the decoding budgets and the concurrency
 /// permit (held until the handler has really finished), returns the eventual reply.
-pub(crate) type ErasedHandler =
+pub(crate) type AsyncHandler =
     Arc<dyn Fn(Bytes, Limits, OwnedSemaphorePermit, CallContext) -> BoxFuture + Send + Sync>;
+
+/// A blocking handler: decodes the request within the budgets, runs the user's function and
+/// encodes its response, all on the thread that calls it.
+pub(crate) type BlockingHandler = Arc<dyn Fn(&[u8], &Limits, &CancelToken) -> Reply + Send + Sync>;
+
+/// A registered method, as the serving loop runs it.
+#[derive(Clone)]
+pub(crate) enum ErasedHandler {
+    /// Polled first on the serving loop, then (if it has to wait) in a task of its own.
+    Async(AsyncHandler),
+    /// Run on a thread: the serving loop's own when the worker runs one handler at a time,
+    /// else a pool thread (see `serve::Calls::start`).
+    Blocking {
+        run: BlockingHandler,
+        /// Whether the handler watches its [`CancelToken`]: such a handler is never run on the
+        /// serving loop, which must stay free to read the `Cancel` that stops it.
+        watches_token: bool,
+    },
+}
 
 /// How a method's bodies cross the wire: how its request is decoded and its response encoded.
 pub(crate) trait Bodies: 'static {
@@ -99,7 +118,7 @@ where
     Fut: Future<Output = Result<B::Response, HandlerError>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    Arc::new(
+    ErasedHandler::Async(Arc::new(
         move |body: Bytes,
               limits: Limits,
               permit: OwnedSemaphorePermit,
@@ -115,50 +134,34 @@ where
                 encode_response::<B>(handler(request, context).await)
             })
         },
-    )
+    ))
 }
 
 /// Wraps a blocking handler that also gets the call's [`CancelToken`]. The token is cancelled
-/// when the call's future is dropped: the host cancelled the call (or its deadline passed and
-/// the host sent `Cancel`), and the serving loop aborted the call's task. The handler can then
-/// stop early instead of running to its end on its thread.
+/// when the host cancels the call (or its deadline passes and the host sends `Cancel`); the
+/// handler can then stop early instead of running to its end on its thread.
 pub(crate) fn erase_cancellable_blocking<M, F>(handler: F) -> ErasedHandler
 where
     M: Method,
     F: Fn(M::Request, &CancelToken) -> Result<M::Response, HandlerError> + Send + Sync + 'static,
 {
-    erase_blocking_with_token::<Typed<M>, F>(handler)
+    erase_blocking_with_token::<Typed<M>, F>(handler, true)
 }
 
-/// A blocking handler, with the call's [`CancelToken`], on tokio's blocking pool. The permit
-/// moves onto the blocking thread: if the call is cancelled, the handler still runs there
-/// until it returns (early, if it watches its token), and still counts against the limit.
-fn erase_blocking_with_token<B, F>(handler: F) -> ErasedHandler
+/// A blocking handler, with the call's [`CancelToken`]: decoding, the handler and encoding all
+/// run on the thread the serving loop chose, never on the loop's async tasks.
+fn erase_blocking_with_token<B, F>(handler: F, watches_token: bool) -> ErasedHandler
 where
     B: Bodies,
     F: Fn(B::Request, &CancelToken) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
 {
-    let handler = Arc::new(handler);
-    Arc::new(
-        move |body: Bytes,
-              limits: Limits,
-              permit: OwnedSemaphorePermit,
-              _: CallContext|
-              -> BoxFuture {
-            let handler = Arc::clone(&handler);
-            Box::pin(async move {
-                let request = B::decode(&body, &limits).map_err(bad_request)?;
-                let token = CancelToken::default();
-                // Cancels the token when this future goes, however it goes.
-                let _cancel_on_drop = CancelOnDrop(token.clone());
-                let run = move || {
-                    let _permit = permit;
-                    encode_response::<B>(handler(request, &token))
-                };
-                join_blocking(tokio::task::spawn_blocking(run).await)
-            })
-        },
-    )
+    ErasedHandler::Blocking {
+        run: Arc::new(move |body: &[u8], limits: &Limits, token: &CancelToken| {
+            let request = B::decode(body, limits).map_err(bad_request)?;
+            encode_response::<B>(handler(request, token))
+        }),
+        watches_token,
+    }
 }
 
 /// Whether the host still wants a blocking handler's result (see
@@ -173,12 +176,14 @@ impl CancelToken {
         self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
-struct CancelOnDrop(CancelToken);
+/// Cancels its token when dropped: a blocking call waiting for its thread is cancelled however
+/// its wait ends.
+pub(crate) struct CancelOnDrop(pub(crate) CancelToken);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
@@ -186,9 +191,9 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// A blocking handler's outcome: a panic is resumed here, so the serving loop reports it the
-/// same way as an async handler's panic.
-fn join_blocking(joined: Result<Reply, tokio::task::JoinError>) -> Reply {
+/// A blocking handler's outcome on a pool thread, awaited by a task: a panic is resumed here,
+/// so the serving loop reports it the same way as an async handler's panic.
+pub(crate) fn join_blocking(joined: Result<Reply, tokio::task::JoinError>) -> Reply {
     match joined {
         Ok(reply) => reply,
         Err(join) => match join.try_into_panic() {
@@ -214,13 +219,12 @@ where
     })
 }
 
-/// Wraps a blocking handler whose bodies are encoded as `B` says: it runs on tokio's blocking
-/// pool, so it cannot stall other calls. A cancelled blocking handler is answered at once but
-/// runs to its end.
+/// Wraps a blocking handler whose bodies are encoded as `B` says. A cancelled blocking handler
+/// is answered at once but runs to its end.
 pub(crate) fn erase_blocking<B, F>(handler: F) -> ErasedHandler
 where
     B: Bodies,
     F: Fn(B::Request) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
 {
-    erase_blocking_with_token::<B, _>(move |request, _: &CancelToken| handler(request))
+    erase_blocking_with_token::<B, _>(move |request, _: &CancelToken| handler(request), false)
 }

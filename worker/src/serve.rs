@@ -8,7 +8,9 @@
 //! No reader or writer task: the loop reads the transport itself (`recv` is cancel-safe) and
 //! writes through [`Outgoing`], which completes a write on the spot when the pipe has room. A
 //! call whose handler finishes on its first poll (most do) is answered inline, in the same
-//! turn that received it; only a handler that has to wait becomes a task of its own.
+//! turn that received it; only a handler that has to wait becomes a task of its own. Blocking
+//! handlers run on a pool thread each, bounded by `max_concurrency`; a process worker that runs
+//! one handler at a time runs them on the loop's own thread (no thread hop at all).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +25,9 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::handler::{ErasedHandler, Reply};
+use crate::handler::{
+    join_blocking, AsyncHandler, BlockingHandler, CancelOnDrop, CancelToken, ErasedHandler, Reply,
+};
 use crate::progress::{CallContext, Update, UPDATE_QUEUE};
 use crate::ServeError;
 use tokio::sync::mpsc;
@@ -43,6 +47,11 @@ pub(crate) struct ServeSpec {
     pub(crate) limits: Option<Limits>,
     /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
     pub(crate) spin: Option<std::time::Duration>,
+    /// Whether a blocking handler that does not watch its cancel token may run on the serving
+    /// loop's own thread when its slot is free. Only for a process worker with
+    /// `max_concurrency` 1: nothing else of the worker's could run beside the handler anyway,
+    /// and no host runtime shares the thread (an in-process twin's loop runs on the host's).
+    pub(crate) inline_blocking: bool,
 }
 
 pub(crate) async fn serve_on<T: Transport>(
@@ -55,6 +64,7 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut session = WorkerSession::new(&spec.config);
     let (updates, mut pending_updates) = mpsc::channel(UPDATE_QUEUE);
     let mut calls = Calls::new(spec.methods, spec.max_concurrency, updates);
+    calls.inline_blocking = spec.inline_blocking;
     let chosen = spec.limits;
     let mut limits = chosen.unwrap_or_default();
     let spin = spec.spin;
@@ -63,14 +73,15 @@ pub(crate) async fn serve_on<T: Transport>(
     let outcome = loop {
         // Apply what the session decided (which may answer calls inline), then write
         // everything it produced in one batch, before waiting for more input.
-        if let Some(end) = handle_events(
-            &mut session,
-            &mut calls,
-            &mut limits,
-            chosen.is_some(),
-            &mut receiver,
-            &mut pending_updates,
-        ) {
+        let mut applying = Applying {
+            session: &mut session,
+            calls: &mut calls,
+            limits: &mut limits,
+            chosen_limits: chosen.is_some(),
+            receiver: &mut receiver,
+            pending_updates: &mut pending_updates,
+        };
+        if let Some(end) = applying.events(!outgoing.is_busy()) {
             break end;
         }
         outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
@@ -166,51 +177,67 @@ fn answer(
     }
 }
 
-/// Applies the session's events; `Some` when serving should stop with that result.
-fn handle_events(
-    session: &mut WorkerSession,
-    calls: &mut Calls,
-    limits: &mut Limits,
+/// The loop's state that applying the session's events touches.
+struct Applying<'a, R> {
+    session: &'a mut WorkerSession,
+    calls: &'a mut Calls,
+    limits: &'a mut Limits,
     chosen_limits: bool,
-    receiver: &mut impl FrameReceiver,
-    pending_updates: &mut mpsc::Receiver<Update>,
-) -> Option<Result<(), ServeError>> {
-    while let Some(event) = session.poll_event() {
-        match event {
-            WorkerEvent::Welcomed(welcome) => {
-                // Frames behind the Welcome may be as large as it allows; the receiver has
-                // not looked at their prefixes yet, and adopts the cap before it does.
-                receiver.set_max_frame(welcome.max_frame);
-                calls.progress_quota = welcome.max_progress_per_call;
-                if !chosen_limits {
-                    *limits = Limits::default()
-                        .max_bytes(welcome.max_frame as usize)
-                        .max_len(welcome.max_frame as usize);
+    receiver: &'a mut R,
+    pending_updates: &'a mut mpsc::Receiver<Update>,
+}
+
+impl<R: FrameReceiver> Applying<'_, R> {
+    /// Applies the session's events; `Some` when serving should stop with that result.
+    /// `loop_free`: no write is in flight, so a blocking handler run on the loop's thread holds
+    /// up nothing but its own answer. (The loop hands the session one frame per turn, so there
+    /// is at most one call among the events, and its answer is written before the next frame
+    /// is read.)
+    fn events(&mut self, loop_free: bool) -> Option<Result<(), ServeError>> {
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                WorkerEvent::Welcomed(welcome) => {
+                    // Frames behind the Welcome may be as large as it allows; the receiver has
+                    // not looked at their prefixes yet, and adopts the cap before it does.
+                    self.receiver.set_max_frame(welcome.max_frame);
+                    self.calls.progress_quota = welcome.max_progress_per_call;
+                    if !self.chosen_limits {
+                        *self.limits = Limits::default()
+                            .max_bytes(welcome.max_frame as usize)
+                            .max_len(welcome.max_frame as usize);
+                    }
                 }
-            }
-            WorkerEvent::Call { id, method, body } => {
-                if let Some(reply) = calls.start(id, method.as_str(), body, limits) {
-                    answer(session, id, reply, pending_updates);
+                WorkerEvent::Call { id, method, body } => {
+                    let started =
+                        self.calls
+                            .start(id, method.as_str(), body, self.limits, loop_free);
+                    if let Some(reply) = started {
+                        answer(self.session, id, reply, self.pending_updates);
+                    }
                 }
+                WorkerEvent::Cancel { id } => {
+                    if let Some(reply) = self.calls.cancel(id) {
+                        answer(self.session, id, reply, self.pending_updates);
+                    }
+                }
+                WorkerEvent::Shutdown => {}
+                WorkerEvent::Closed(reason) => {
+                    return Some(match reason {
+                        CloseReason::Shutdown | CloseReason::WorkerClosed => Ok(()),
+                        CloseReason::Refused(r) => Err(ServeError::Refused(r)),
+                        CloseReason::Violation(v) => Err(ServeError::Violation(v)),
+                        _ => Ok(()),
+                    });
+                }
+                _ => {}
             }
-            WorkerEvent::Cancel { id } => calls.cancel(id),
-            WorkerEvent::Shutdown => {}
-            WorkerEvent::Closed(reason) => {
-                return Some(match reason {
-                    CloseReason::Shutdown | CloseReason::WorkerClosed => Ok(()),
-                    CloseReason::Refused(r) => Err(ServeError::Refused(r)),
-                    CloseReason::Violation(v) => Err(ServeError::Violation(v)),
-                    _ => Ok(()),
-                });
-            }
-            _ => {}
         }
+        None
     }
-    None
 }
 
 /// The calls running in this worker, bounded by a semaphore: answered inline when their
-/// handler is ready at once, else one task each.
+/// handler is ready at once, else one task (or, for a blocking handler, one pool thread) each.
 struct Calls {
     methods: HashMap<String, ErasedHandler>,
     permits: Arc<Semaphore>,
@@ -218,6 +245,10 @@ struct Calls {
     /// Task id → call id, to answer a call whose task panicked or was aborted.
     by_task: HashMap<tokio::task::Id, CallId, BuildIdHasher>,
     handles: HashMap<CallId, AbortHandle, BuildIdHasher>,
+    /// The cancel tokens of blocking handlers running on pool threads.
+    tokens: HashMap<CallId, CancelToken, BuildIdHasher>,
+    /// See [`ServeSpec::inline_blocking`].
+    inline_blocking: bool,
     /// Where handlers send their progress updates.
     updates: mpsc::Sender<Update>,
     /// The host's `max_progress_per_call` (none before its `Welcome`).
@@ -238,29 +269,53 @@ impl Calls {
             tasks: JoinSet::new(),
             by_task: HashMap::default(),
             handles: HashMap::default(),
+            tokens: HashMap::default(),
+            inline_blocking: false,
         }
     }
 
-    /// Starts call `id`. `Some` when it is answered already: no such method, or a handler
-    /// that finished (or panicked) on its first poll, run inline with a free permit for a body
-    /// of at most [`INLINE_BODY`]. Otherwise the call becomes a task, and
-    /// [`next_finished`](Self::next_finished) yields its reply.
-    fn start(&mut self, id: CallId, method: &str, body: Bytes, limits: &Limits) -> Option<Reply> {
+    /// Starts call `id`: `Some` with its reply when it is answered already (no such method, a
+    /// handler that finished at once), `None` when it runs on and
+    /// [`next_finished`](Self::next_finished) will yield its reply. `loop_free`: see
+    /// [`Applying::events`].
+    fn start(
+        &mut self,
+        id: CallId,
+        method: &str,
+        body: Bytes,
+        limits: &Limits,
+        loop_free: bool,
+    ) -> Option<Reply> {
         let Some(handler) = self.methods.get(method) else {
             return Some(Err(RemoteError::new(
                 ErrorKind::UnknownMethod,
                 &format!("this worker serves no method named {method:?}"),
             )));
         };
-        let handler = Arc::clone(handler);
-        let limits = *limits;
+        match handler.clone() {
+            ErasedHandler::Async(handler) => self.start_async(id, handler, body, *limits),
+            ErasedHandler::Blocking { run, watches_token } => {
+                let on_loop = self.inline_blocking && loop_free && !watches_token;
+                self.start_blocking(id, run, body, *limits, on_loop)
+            }
+        }
+    }
+
+    /// An async handler: run inline if it finishes on its first poll, with a free permit, for a
+    /// body of at most [`INLINE_BODY`]; otherwise it becomes a task.
+    fn start_async(
+        &mut self,
+        id: CallId,
+        handler: AsyncHandler,
+        body: Bytes,
+        limits: Limits,
+    ) -> Option<Reply> {
         let context = CallContext {
             id,
             updates: self.updates.clone(),
             quota: self.progress_quota,
         };
-        // The permit travels with the handler (a blocking one keeps it on its thread even
-        // after its task is aborted), so `max_concurrency` bounds what really runs.
+        // The permit travels with the handler, so `max_concurrency` bounds what really runs.
         let permit = if body.len() <= INLINE_BODY {
             Arc::clone(&self.permits).try_acquire_owned().ok()
         } else {
@@ -274,7 +329,7 @@ impl Calls {
             self.spawn(id, async move {
                 match permits.acquire_owned().await {
                     Ok(permit) => handler(body, limits, permit, context).await,
-                    Err(_) => Err(RemoteError::new(ErrorKind::Internal, "worker stopping")),
+                    Err(_) => Err(stopping()),
                 }
             });
             return None;
@@ -287,27 +342,69 @@ impl Calls {
         let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             future.as_mut().poll(&mut cx)
         }));
-        match polled {
-            Ok(std::task::Poll::Ready(reply)) => {
-                let _ =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(future)));
-                Some(reply)
-            }
+        let reply = match polled {
+            Ok(std::task::Poll::Ready(reply)) => reply,
             Ok(std::task::Poll::Pending) => {
                 self.spawn(id, future);
-                None
+                return None;
             }
-            Err(payload) => {
-                // Dropped here, under the same guard: a future whose drop panics too must not
-                // take the serving loop with it.
-                let _ =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(future)));
-                Some(Err(RemoteError::new(
-                    ErrorKind::Panic,
-                    &panic_message(payload),
-                )))
-            }
+            Err(payload) => Err(RemoteError::new(ErrorKind::Panic, &panic_message(payload))),
+        };
+        // Dropped under the same guard: a future whose drop panics must not take the serving
+        // loop with it.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(future)));
+        Some(reply)
+    }
+
+    /// A blocking handler: on this thread when `on_loop` and its slot is free, else on a pool
+    /// thread of its own (after waiting in a task for a slot, if none is free). The permit moves
+    /// onto that thread: a cancelled handler still runs there until it returns (early, if it
+    /// watches its token), and still counts against `max_concurrency`.
+    fn start_blocking(
+        &mut self,
+        id: CallId,
+        run: BlockingHandler,
+        body: Bytes,
+        limits: Limits,
+        on_loop: bool,
+    ) -> Option<Reply> {
+        let token = CancelToken::default();
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            let permits = Arc::clone(&self.permits);
+            self.spawn(id, async move {
+                // Cancels the token when this task goes, however it goes.
+                let _cancel_on_drop = CancelOnDrop(token.clone());
+                let Ok(permit) = permits.acquire_owned().await else {
+                    return Err(stopping());
+                };
+                let on_thread = move || {
+                    let _permit = permit;
+                    run(&body, &limits, &token)
+                };
+                join_blocking(tokio::task::spawn_blocking(on_thread).await)
+            });
+            return None;
+        };
+        if on_loop {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run(&body, &limits, &token)
+            }));
+            drop(permit);
+            return Some(ran.unwrap_or_else(|payload| {
+                Err(RemoteError::new(ErrorKind::Panic, &panic_message(payload)))
+            }));
         }
+        let on_thread = {
+            let token = token.clone();
+            move || {
+                let _permit = permit;
+                (id, run(&body, &limits, &token))
+            }
+        };
+        let handle = self.tasks.spawn_blocking(on_thread);
+        self.track(id, handle);
+        self.tokens.insert(id, token);
+        None
     }
 
     fn spawn(
@@ -316,44 +413,66 @@ impl Calls {
         call: impl std::future::Future<Output = Reply> + Send + 'static,
     ) {
         let handle = self.tasks.spawn(async move { (id, call.await) });
+        self.track(id, handle);
+    }
+
+    fn track(&mut self, id: CallId, handle: AbortHandle) {
         self.by_task.insert(handle.id(), id);
         self.handles.insert(id, handle);
     }
 
-    fn cancel(&mut self, id: CallId) {
-        if let Some(handle) = self.handles.get(&id) {
-            handle.abort();
-        }
+    /// Cancels call `id`. A task's call is answered `Cancelled` when its abort is joined; a
+    /// call on a pool thread (which an abort cannot stop once it runs) has its token cancelled
+    /// and is answered now, with `Some`: its handler's eventual result is discarded.
+    fn cancel(&mut self, id: CallId) -> Option<Reply> {
+        let handle = self.handles.get(&id)?;
+        handle.abort();
+        let token = self.tokens.remove(&id)?;
+        token.cancel();
+        let task = handle.id();
+        self.handles.remove(&id);
+        self.by_task.remove(&task);
+        Some(Err(cancelled()))
     }
 
-    /// The next call to finish, with its reply; a panic or an abort becomes a `Fail`.
+    /// The next call to finish, with its reply; a panic or an abort becomes a `Fail`. Calls
+    /// answered already (cancelled on a pool thread) are passed over.
     async fn next_finished(&mut self) -> Option<(CallId, Reply)> {
-        let joined = self.tasks.join_next_with_id().await?;
-        let (task, result) = match joined {
-            Ok((task, (id, reply))) => (task, Ok((id, reply))),
-            Err(err) => (err.id(), Err(err)),
+        let (id, result) = loop {
+            let joined = self.tasks.join_next_with_id().await?;
+            let (task, result) = match joined {
+                Ok((task, (id, reply))) => (task, Ok((id, reply))),
+                Err(err) => (err.id(), Err(err)),
+            };
+            if let Some(id) = self.by_task.remove(&task) {
+                break (id, result);
+            }
         };
-        let id = self.by_task.remove(&task)?;
         self.handles.remove(&id);
+        self.tokens.remove(&id);
         Some(match result {
             Ok(done) => done,
             Err(err) if err.is_panic() => {
                 let message = panic_message(err.into_panic());
                 (id, Err(RemoteError::new(ErrorKind::Panic, &message)))
             }
-            Err(_) => (
-                id,
-                Err(RemoteError::new(
-                    ErrorKind::Cancelled,
-                    "cancelled by the host",
-                )),
-            ),
+            Err(_) => (id, Err(cancelled())),
         })
     }
 
+    /// Stops every call: tasks are aborted, handlers on pool threads see their token cancelled.
     fn abort_all(&mut self) {
         self.tasks.abort_all();
+        self.tokens.values().for_each(CancelToken::cancel);
     }
+}
+
+fn cancelled() -> RemoteError {
+    RemoteError::new(ErrorKind::Cancelled, "cancelled by the host")
+}
+
+fn stopping() -> RemoteError {
+    RemoteError::new(ErrorKind::Internal, "worker stopping")
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {

@@ -73,6 +73,11 @@ impl Worker {
     }
 
     /// Most handlers running at once. Default [`DEFAULT_MAX_CONCURRENCY`].
+    ///
+    /// It also decides where blocking handlers run ([`blocking_method`](Self::blocking_method)):
+    /// with more than one slot, each call gets a thread of tokio's blocking pool (at most this
+    /// many at once); with one slot, a worker process ([`serve`](Self::serve)) runs them on
+    /// its serving thread itself, with no thread hop per call.
     #[must_use]
     pub fn max_concurrency(mut self, handlers: usize) -> Self {
         self.max_concurrency = handlers.max(1);
@@ -136,7 +141,17 @@ impl Worker {
         self.register(name, erase_async::<Dynamic, F, Fut>(handler))
     }
 
-    /// Registers a blocking handler for `M`; it runs on a blocking thread.
+    /// Registers a blocking handler for `M`; it runs on a thread of tokio's blocking pool, so it
+    /// cannot stall other calls.
+    ///
+    /// The fast path: a worker process served with [`max_concurrency(1)`](Self::max_concurrency)
+    /// runs it on the serving thread itself instead, when no reply is still being written
+    /// (nothing else could run beside it anyway), saving two thread switches per call. While it
+    /// runs, that worker reads nothing: a `Cancel` for the call is seen only after it returns
+    /// (the host answers the caller `Cancelled` at once either way), and tasks a handler
+    /// spawned on the serving runtime wait for it. A
+    /// [`cancellable_blocking_method`](Self::cancellable_blocking_method), which must see its
+    /// `Cancel` while it runs, always gets a thread of its own.
     #[must_use]
     pub fn blocking_method<M, F>(self, handler: F) -> Self
     where
@@ -246,6 +261,7 @@ impl Worker {
             max_concurrency: self.max_concurrency,
             limits: self.limits,
             spin: None,
+            inline_blocking: false,
         })
     }
 
@@ -279,6 +295,8 @@ impl Worker {
         let mut spec = self.into_spec(token)?;
         // A process worker spins only if its host asked for it (and it has CPUs to spare).
         spec.spin = airlock_protocol::spin::window_from_env();
+        // One handler at a time: a blocking one may as well run on the serving thread.
+        spec.inline_blocking = spec.max_concurrency == 1;
         serve_on(spec, transport).await
     }
 
