@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_host::{Confinement, Host, Pool, TransportChoice};
+use airlock_host::Method;
 use airlock_worker::builtin::Echo;
 use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
 use serde_bytes::ByteBuf;
@@ -288,6 +289,17 @@ pub fn spawn_low_latency_host(rt: &Runtime, worker: &str, window: Duration) -> R
     Ok(rt.block_on(Host::builder(worker).low_latency(window).spawn())?)
 }
 
+/// A default-confined host over the pipe whose worker runs one handler at a time
+/// (`--max-concurrency 1`), so it runs blocking handlers on its serving thread.
+pub fn spawn_one_slot_host(rt: &Runtime, worker: &str) -> Result<Host, Error> {
+    Ok(rt.block_on(
+        Host::builder(worker)
+            .arg("--max-concurrency")
+            .arg("1")
+            .spawn(),
+    )?)
+}
+
 /// A `Pool` of `size` default-confined workers.
 pub fn spawn_pool(rt: &Runtime, worker: &str, size: usize) -> Result<Pool, Error> {
     Ok(rt.block_on(Pool::builder(Host::builder(worker)).size(size).spawn())?)
@@ -299,11 +311,19 @@ fn small() -> ByteBuf {
 
 /// `n` sequential 64-byte `Echo` calls.
 pub fn calls(rt: &Runtime, host: &Host, n: u32) -> Result<Duration, Error> {
+    calls_to::<Echo>(rt, host, n)
+}
+
+/// `n` sequential calls of the echo method `M` with a 64-byte payload.
+pub fn calls_to<M>(rt: &Runtime, host: &Host, n: u32) -> Result<Duration, Error>
+where
+    M: Method<Request = ByteBuf, Response = ByteBuf>,
+{
     let message = small();
     rt.block_on(async {
         let started = Instant::now();
         for _ in 0..n {
-            host.call::<Echo>(&message).await?;
+            host.call::<M>(&message).await?;
         }
         Ok(started.elapsed())
     })

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use airlock_host::{Confinement, Host, HostConfig, TransportChoice};
 
+use airlock_worker::builtin::EchoBlocking;
 use serde_bytes::ByteBuf;
 use tokio::runtime::Runtime;
 
@@ -204,6 +205,8 @@ fn small_calls(
         _ => None,
     };
     let mut raw_pipe_3 = RawLink::echo(Raw::Pipe)?;
+    let mut raw_pipe_4 = RawLink::echo(Raw::Pipe)?;
+    let one_slot_host = links::spawn_one_slot_host(&current, worker)?;
     let mut measured = vec![
         Measured {
             row: first,
@@ -231,6 +234,30 @@ fn small_calls(
             bursts: vec![
                 Box::new(|| Ok(micros_per(n, links::calls(&current, &socket_host, n)?))),
                 Box::new(|| Ok(micros_per(n, raw_socket.round_trips(n)?))),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                format!("small call, {regime}, pipe, blocking handler, current-thread host"),
+                Unit::Micros,
+                "Host::call EchoBlocking 64 B, worker max_concurrency(1): on its serving thread",
+                &[
+                    "the same, default worker: on a pool thread",
+                    "Host::call Echo 64 B (async handler)",
+                    "raw blocking pipe",
+                ],
+            ),
+            bursts: vec![
+                Box::new(|| {
+                    let elapsed = links::calls_to::<EchoBlocking>(&current, &one_slot_host, n)?;
+                    Ok(micros_per(n, elapsed))
+                }),
+                Box::new(|| {
+                    let elapsed = links::calls_to::<EchoBlocking>(&current, &pipe_host, n)?;
+                    Ok(micros_per(n, elapsed))
+                }),
+                Box::new(|| Ok(micros_per(n, links::calls(&current, &one_slot_host, n)?))),
+                Box::new(|| Ok(micros_per(n, raw_pipe_4.round_trips(n)?))),
             ],
         },
         Measured {
@@ -267,7 +294,7 @@ fn small_calls(
         });
     }
     let rows = interleave(measured, scale.reps)?;
-    for host in [&pipe_host, &socket_host]
+    for host in [&pipe_host, &socket_host, &one_slot_host]
         .into_iter()
         .chain(old_host.as_ref())
         .chain(spin_host.as_ref())
