@@ -38,9 +38,9 @@ use airlock_protocol::{
     Transmit, TransportError,
 };
 use bytes::Bytes;
-use rand_core::{OsRng, UnwrapErr};
 use tokio::sync::{oneshot, Notify};
 
+use crate::ids::CallIdRng;
 use crate::response::ResponseDecoding;
 use crate::supervisor::{CallReply, CallRequest, Decode};
 use crate::updates::{Delivered, UpdateBudget, Updates};
@@ -371,10 +371,8 @@ impl Link {
         if call.deadline <= Instant::now() {
             return fail(call.reply, CallError::Timeout);
         }
-        // One `getrandom` per call id, on purpose: a buffer of OS randomness would be copied
-        // by `fork`, and a host used on both sides of a fork would send the same ids in the
-        // same order (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`).
-        let mut rng = UnwrapErr(OsRng);
+        // OS randomness through a pool that `fork` wipes (see `ids`).
+        let mut rng = CallIdRng;
         // Kept for the log if its response is refused: free for a typed call's `&'static str`.
         let method = call.method.clone();
         match session.begin_call(call.method, call.body, call.deadline, &mut rng) {

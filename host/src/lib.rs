@@ -84,6 +84,7 @@ mod connection;
 mod dynamic;
 mod error;
 mod host;
+mod ids;
 mod in_process;
 mod info;
 mod launch;

@@ -1,6 +1,7 @@
 //! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`,
-//! one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`), and one
-//! probe for a thread of this process (`thread_exists`).
+//! one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`), one
+//! probe for a thread of this process (`thread_exists`), and the page that `fork` wipes
+//! ([`WipeOnForkPage`], which holds the randomness of call ids).
 //!
 //! Between `fork` and `exec` only async-signal-safe operations are allowed: no allocation, no
 //! locks. Everything below is a bare system call on values prepared before the fork.
@@ -360,5 +361,61 @@ mod tests {
         let mut received = String::new();
         host_end.read_to_string(&mut received).unwrap();
         assert_eq!(received, "worker");
+    }
+}
+
+/// The size of a [`WipeOnForkPage`]: one page on every Linux target (larger pages round up).
+pub(crate) const WIPED_PAGE: usize = 4096;
+
+/// A private anonymous page that the kernel hands a `fork`ed child zeroed
+/// (`MADV_WIPEONFORK`): secrets kept in it are never inherited. Unmapped when dropped.
+pub(crate) struct WipeOnForkPage {
+    start: std::ptr::NonNull<u8>,
+}
+
+impl WipeOnForkPage {
+    /// Maps the page, zeroed. Fails on a kernel without `MADV_WIPEONFORK` (before 4.14), so
+    /// the caller never keeps a secret in a page a child would inherit.
+    pub(crate) fn new() -> std::io::Result<Self> {
+        use rustix::mm::{madvise, mmap_anonymous, munmap, Advice, MapFlags, ProtFlags};
+        // SAFETY: a new anonymous mapping at an address the kernel picks overlaps nothing this
+        // process uses; it is private, so no other process sees it.
+        let start = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                WIPED_PAGE,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        // SAFETY: advises only the mapping made above, which nothing references yet.
+        let advised = unsafe { madvise(start, WIPED_PAGE, Advice::LinuxWipeOnFork) };
+        let mapped = std::ptr::NonNull::new(start.cast::<u8>());
+        match (advised, mapped) {
+            (Ok(()), Some(start)) => Ok(Self { start }),
+            (advised, _) => {
+                // SAFETY: unmaps the mapping made above; no reference to it exists.
+                let _ = unsafe { munmap(start, WIPED_PAGE) };
+                Err(advised.err().map_or_else(
+                    || std::io::Error::other("mmap returned a null page"),
+                    std::io::Error::from,
+                ))
+            }
+        }
+    }
+
+    /// The page's bytes.
+    pub(crate) fn bytes(&mut self) -> &mut [u8; WIPED_PAGE] {
+        // SAFETY: `start` is the start of a live, readable and writable private mapping of
+        // WIPED_PAGE bytes (page-aligned, so aligned for a byte array) that `self` owns until
+        // it is dropped, and `&mut self` makes this the only reference into it.
+        unsafe { &mut *self.start.as_ptr().cast::<[u8; WIPED_PAGE]>() }
+    }
+}
+
+impl Drop for WipeOnForkPage {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping `self` owns; `drop` takes the last reference to it.
+        let _ = unsafe { rustix::mm::munmap(self.start.as_ptr().cast(), WIPED_PAGE) };
     }
 }
