@@ -15,7 +15,7 @@ use tokio::runtime::Runtime;
 
 use crate::alloc_count;
 use crate::links::{self, Error, IpcLink, Raw, RawLink};
-use crate::proc_stats::minor_faults;
+use crate::proc_stats::{cpu_nanos, minor_faults};
 use crate::table::{Row, Unit};
 
 /// The phases, each run in a process of its own (`peak-rss` starts a fresh one per repetition:
@@ -356,8 +356,32 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     }
     let n = 10_000 * scale.size;
     let mut raw = RawLink::echo(Raw::Pipe)?;
+    let raw_pid = raw.pid();
     let one = host.clone();
+    let one_pid = one.worker_pid().ok_or("the pipelined host has no worker")?;
+    let pool_pids = pool
+        .hosts()
+        .iter()
+        .map(|h| h.worker_pid().ok_or("a pool host has no worker"))
+        .collect::<Result<Vec<u32>, _>>()?;
     let rt_ref = &rt;
+    let names = ["Pool of 2", "raw pipelined echo", "one worker (Host::call)"];
+    let cpu_row = |measure: &str, unit| {
+        faults.add(Row::new(
+            format!("pipelined, 256 in flight, {measure}, host process and its workers"),
+            unit,
+            names[0],
+            &names[1..],
+        ))
+    };
+    let cpu_per_call = cpu_row("CPU time per call", Unit::Micros);
+    let cpus_busy = cpu_row("CPUs busy (CPU time over wall time)", Unit::Cpus);
+    let cpu_rows = CpuRows {
+        by_products: &faults,
+        per_call: cpu_per_call,
+        busy: cpus_busy,
+        calls: n,
+    };
     measured.push(Measured {
         row: Row::new(
             "pipelined, 256 in flight, Pool of 2, 2-thread host",
@@ -371,10 +395,24 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         bursts: vec![
             {
                 let pool = pool.clone();
-                Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &pool, n, 256)?)))
+                cpu_rows.around(
+                    0,
+                    pool_pids,
+                    Box::new(move || {
+                        Ok(kilo_per_sec(n, links::pipelined(rt_ref, &pool, n, 256)?))
+                    }),
+                )
             },
-            Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, 256)?))),
-            Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &one, n, 256)?))),
+            cpu_rows.around(
+                1,
+                vec![raw_pid],
+                Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, 256)?))),
+            ),
+            cpu_rows.around(
+                2,
+                vec![one_pid],
+                Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &one, n, 256)?))),
+            ),
         ],
     });
 
@@ -403,6 +441,41 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         rt.block_on(old_host.shutdown());
     }
     Ok(rows)
+}
+
+/// The rows that a pipelined burst's CPU time goes into.
+#[derive(Clone, Copy)]
+struct CpuRows<'a> {
+    by_products: &'a ByProducts,
+    per_call: usize,
+    busy: usize,
+    /// Calls per burst.
+    calls: u32,
+}
+
+impl<'a> CpuRows<'a> {
+    /// `burst`, recording as series `series` the CPU time that this process and `peers` spent
+    /// on it: per call, and over the burst's wall time.
+    fn around(self, series: usize, peers: Vec<u32>, mut burst: Burst<'a>) -> Burst<'a> {
+        Box::new(move || {
+            let cpu = || -> Result<u64, Error> {
+                let mut total = cpu_nanos(None)?;
+                for pid in &peers {
+                    total += cpu_nanos(Some(*pid))?;
+                }
+                Ok(total)
+            };
+            let (cpu_before, started) = (cpu()?, std::time::Instant::now());
+            let rate = burst()?;
+            let spent = cpu()?.saturating_sub(cpu_before) as f64;
+            let wall = started.elapsed().as_secs_f64();
+            let calls = f64::from(self.calls);
+            self.by_products
+                .record(self.per_call, series, spent / 1e3 / calls);
+            self.by_products.record(self.busy, series, spent / 1e9 / wall);
+            Ok(rate)
+        })
+    }
 }
 
 /// The bulk rows' bodies: 16 MiB, the most the default `max_frame` carries, and 64 MiB.

@@ -1,5 +1,6 @@
 //! What the kernel counts for a process, read from `/proc`: minor page faults (for the bulk
-//! rows) and the resident set with its peak (for the host's peak-RSS row).
+//! rows), CPU time (for the pipelined rows) and the resident set with its peak (for the host's
+//! peak-RSS row).
 
 use crate::links::Error;
 
@@ -21,6 +22,31 @@ pub fn minor_faults(pid: Option<u32>) -> Result<u64, Error> {
         .nth(7)
         .ok_or_else(|| format!("{path}: too few fields"))?;
     Ok(minflt.parse()?)
+}
+
+/// CPU time the whole process `pid` (`None`: this one) has run so far, in nanoseconds: the sum
+/// over its threads of the first field of `/proc/<pid>/task/<tid>/schedstat` (time on a CPU,
+/// to the nanosecond, where `/proc/<pid>/stat` counts 10 ms ticks). A thread that exits
+/// between two readings takes its time with it, so measure processes whose threads live on.
+pub fn cpu_nanos(pid: Option<u32>) -> Result<u64, Error> {
+    let tasks = match pid {
+        Some(pid) => format!("/proc/{pid}/task"),
+        None => "/proc/self/task".into(),
+    };
+    let mut total = 0u64;
+    for task in std::fs::read_dir(&tasks)? {
+        let path = task?.path().join("schedstat");
+        // A thread that ended since the directory was listed has nothing more to add.
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let on_cpu = stat
+            .split_ascii_whitespace()
+            .next()
+            .ok_or_else(|| format!("{}: empty", path.display()))?;
+        total += on_cpu.parse::<u64>()?;
+    }
+    Ok(total)
 }
 
 /// This process's resident set now and its peak, in bytes.

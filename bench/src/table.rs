@@ -19,6 +19,8 @@ pub enum Unit {
     MiB,
     /// A count per call (page faults, allocations, bytes allocated): lower is better.
     PerCall,
+    /// CPUs kept busy: CPU time over wall time, across the processes measured.
+    Cpus,
 }
 
 impl Unit {
@@ -30,6 +32,7 @@ impl Unit {
             Unit::GigaBytesPerSec => "GB/s",
             Unit::MiB => "MiB",
             Unit::PerCall => "per call",
+            Unit::Cpus => "CPUs",
         }
     }
 }
