@@ -6,8 +6,8 @@ use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_host::{Confinement, Host, Pool, TransportChoice};
 use airlock_host::Method;
+use airlock_host::{Confinement, Host, Pool, TransportChoice};
 use airlock_worker::builtin::Echo;
 use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
 use serde_bytes::ByteBuf;

@@ -398,9 +398,7 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 cpu_rows.around(
                     0,
                     pool_pids,
-                    Box::new(move || {
-                        Ok(kilo_per_sec(n, links::pipelined(rt_ref, &pool, n, 256)?))
-                    }),
+                    Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt_ref, &pool, n, 256)?))),
                 )
             },
             cpu_rows.around(
@@ -472,7 +470,8 @@ impl<'a> CpuRows<'a> {
             let calls = f64::from(self.calls);
             self.by_products
                 .record(self.per_call, series, spent / 1e3 / calls);
-            self.by_products.record(self.busy, series, spent / 1e9 / wall);
+            self.by_products
+                .record(self.busy, series, spent / 1e9 / wall);
             Ok(rate)
         })
     }

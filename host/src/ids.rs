@@ -123,7 +123,10 @@ mod tests {
                 pool[unused..].iter().all(|b| *b == 0),
                 "bytes handed out are still in the page"
             );
-            assert!(pool[..unused].iter().any(|b| *b != 0), "the unused bytes are not random");
+            assert!(
+                pool[..unused].iter().any(|b| *b != 0),
+                "the unused bytes are not random"
+            );
         });
     }
 

@@ -120,3 +120,40 @@ async fn a_one_slot_worker_still_delivers_a_cancel_to_a_token_watching_handler()
     assert_eq!(host.stats().restarts, 0, "the worker was killed");
     host.shutdown().await;
 }
+
+/// A one-slot worker reads an `Echo` and then a 500 ms blocking call together (both sent, in
+/// that order, while a first blocking call holds its serving thread). The echo is answered at
+/// once; the blocking handler must not run on the serving thread before that answer is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_read_beside_a_blocking_call_does_not_wait_for_its_handler() {
+    let host = spawn_with_slots(Some(1)).await;
+    let first = {
+        let host = host.clone();
+        tokio::spawn(async move { host.call::<BlockingThread>(&300).await })
+    };
+    // The first handler is running: the next two frames wait in the pipe, and arrive together.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let echo = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let payload = ByteBuf::from(vec![3u8; 64]);
+            let echoed = host.call::<Echo>(&payload).await;
+            assert_eq!(echoed.unwrap(), payload);
+            started.elapsed()
+        })
+    };
+    // Behind the echo's frame, not beside it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let slow = host.call::<BlockingThread>(&500).await;
+    let slow_done = started.elapsed();
+    slow.unwrap();
+    let echoed = echo.await.unwrap();
+    first.await.unwrap().unwrap();
+    assert!(
+        slow_done - echoed >= Duration::from_millis(250),
+        "the echo's answer waited for the blocking handler read behind it: echo at {echoed:?}, \
+         blocking call at {slow_done:?}"
+    );
+    host.shutdown().await;
+}

@@ -71,6 +71,7 @@ pub(crate) async fn serve_on<T: Transport>(
     // Spinning runs from the last input until the window closes.
     let mut spin_until: Option<std::time::Instant> = None;
     let outcome = loop {
+        calls.ran_on_loop = false;
         // Apply what the session decided (which may answer calls inline), then write
         // everything it produced in one batch, before waiting for more input.
         let mut applying = Applying {
@@ -83,6 +84,13 @@ pub(crate) async fn serve_on<T: Transport>(
         };
         if let Some(end) = applying.events(!outgoing.is_busy()) {
             break end;
+        }
+        // Pipelined calls: frames that are here already are applied now, so their answers
+        // leave in the same write as this turn's.
+        match gather(&mut applying) {
+            Ok(0) => {}
+            Ok(_) => spin_until = spin.map(|window| std::time::Instant::now() + window),
+            Err(end) => break end,
         }
         outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
         if !outbox.is_empty() && !outgoing.is_busy() {
@@ -97,14 +105,10 @@ pub(crate) async fn serve_on<T: Transport>(
         let spinning = spin_until.is_some_and(|until| std::time::Instant::now() < until);
         tokio::select! {
             biased;
-            incoming = receiver.recv() => match incoming {
-                Ok(Some(frame)) => {
-                    spin_until = spin.map(|window| std::time::Instant::now() + window);
-                    session.handle_frame(frame)
-                }
-                // End of stream, or a stream the host broke: either way the host is gone.
-                Ok(None) | Err(TransportError::Frame(_)) => session.handle_eof(),
-                Err(err) => break Err(ServeError::Connection(err)),
+            incoming = receiver.recv() => match feed(&mut session, incoming) {
+                Ok(true) => spin_until = spin.map(|window| std::time::Instant::now() + window),
+                Ok(false) => {}
+                Err(err) => break Err(err),
             },
             Some((id, reply)) = calls.next_finished() => {
                 answer(&mut session, id, reply, &mut pending_updates);
@@ -135,6 +139,58 @@ pub(crate) async fn serve_on<T: Transport>(
     calls.abort_all();
     outcome
 }
+
+/// Most frames [`gather`] applies in one turn: enough that pipelined answers share writes, few
+/// enough that a long run of them does not hold up the first answers.
+const GATHER: usize = 64;
+
+/// Hands the session what the receiver produced: `Ok(true)` for a frame, `Ok(false)` at the
+/// end of the stream.
+fn feed(
+    session: &mut WorkerSession,
+    incoming: Result<Option<Bytes>, TransportError>,
+) -> Result<bool, ServeError> {
+    match incoming {
+        Ok(Some(frame)) => {
+            session.handle_frame(frame);
+            Ok(true)
+        }
+        // End of stream, or a stream the host broke: either way the host is gone.
+        Ok(None) | Err(TransportError::Frame(_)) => {
+            session.handle_eof();
+            Ok(false)
+        }
+        Err(err) => Err(ServeError::Connection(err)),
+    }
+}
+
+/// Applies up to [`GATHER`] more frames that need no waiting: decoded already, or readable at
+/// once (`recv` polled with a waker that does nothing, then dropped: it is cancel-safe). It
+/// stops after a blocking handler ran on the loop, whose answer must not wait, and it never
+/// runs one there itself: the answers gathered so far would wait for it.
+/// Returns how many frames it applied, or how serving ends.
+fn gather<R: FrameReceiver>(applying: &mut Applying<'_, R>) -> Result<usize, Stop> {
+    let mut frames = 0;
+    while frames < GATHER && !applying.calls.ran_on_loop {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(incoming) = applying.receiver.recv().as_mut().poll(&mut cx)
+        else {
+            break;
+        };
+        let was_frame = feed(applying.session, incoming).map_err(Err)?;
+        if let Some(end) = applying.events(false) {
+            return Err(end);
+        }
+        if !was_frame {
+            break;
+        }
+        frames += 1;
+    }
+    Ok(frames)
+}
+
+/// How serving ends.
+type Stop = Result<(), ServeError>;
 
 /// Sends a handler's progress update. One the session refuses (over the frame cap, a call
 /// already cancelled) is dropped: the handler's quota was checked when it sent it, and a
@@ -190,10 +246,8 @@ struct Applying<'a, R> {
 impl<R: FrameReceiver> Applying<'_, R> {
     /// Applies the session's events; `Some` when serving should stop with that result.
     /// `loop_free`: no write is in flight, so a blocking handler run on the loop's thread holds
-    /// up nothing but its own answer. (The loop hands the session one frame per turn, so there
-    /// is at most one call among the events, and its answer is written before the next frame
-    /// is read.)
-    fn events(&mut self, loop_free: bool) -> Option<Result<(), ServeError>> {
+    /// up nothing but its own answer.
+    fn events(&mut self, loop_free: bool) -> Option<Stop> {
         while let Some(event) = self.session.poll_event() {
             match event {
                 WorkerEvent::Welcomed(welcome) => {
@@ -249,6 +303,8 @@ struct Calls {
     tokens: HashMap<CallId, CancelToken, BuildIdHasher>,
     /// See [`ServeSpec::inline_blocking`].
     inline_blocking: bool,
+    /// Whether a blocking handler ran on the loop's thread in this turn of the loop.
+    ran_on_loop: bool,
     /// Where handlers send their progress updates.
     updates: mpsc::Sender<Update>,
     /// The host's `max_progress_per_call` (none before its `Welcome`).
@@ -271,6 +327,7 @@ impl Calls {
             handles: HashMap::default(),
             tokens: HashMap::default(),
             inline_blocking: false,
+            ran_on_loop: false,
         }
     }
 
@@ -386,6 +443,7 @@ impl Calls {
             return None;
         };
         if on_loop {
+            self.ran_on_loop = true;
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 run(&body, &limits, &token)
             }));
