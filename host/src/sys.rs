@@ -319,51 +319,6 @@ pub(crate) fn reset_signal_handlers() {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Read;
-    use std::os::fd::BorrowedFd;
-    use std::process::Stdio;
-
-    /// A set-up step finds at fd 3 what the host had there, never the channel: a descriptor
-    /// the set-up writes to can sit at 3 in the child, and a channel moved there first would
-    /// take those writes. The worker then finds the channel at 3.
-    #[tokio::test]
-    async fn the_channel_takes_fd_3_only_after_the_set_up() {
-        let (mut host_end, pair_end) = std::os::unix::net::UnixStream::pair().unwrap();
-        // Above 3, so that only the move can put the channel there.
-        let child_end = rustix::io::fcntl_dupfd_cloexec(&pair_end, 10).unwrap();
-        drop(pair_end);
-        let channel = rustix::fs::fstat(&child_end).unwrap().st_ino;
-        let set_up: SetUp = Box::new(move || {
-            // SAFETY: fd 3 is only inspected, while this single-threaded child runs.
-            let at_3 = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(3) });
-            match at_3 {
-                Ok(stat) if stat.st_ino == channel => {
-                    Err(std::io::Error::from_raw_os_error(libc::EEXIST))
-                }
-                _ => Ok(()),
-            }
-        });
-        let mut command = Command::new("/bin/sh");
-        command
-            .args(["-c", "printf worker >&3"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        prepare_child(&mut command, Some(set_up), Some(child_end));
-        let mut child = command
-            .spawn()
-            .expect("the set-up did not find the channel at fd 3");
-        drop(command);
-        assert!(child.wait().await.unwrap().success());
-        let mut received = String::new();
-        host_end.read_to_string(&mut received).unwrap();
-        assert_eq!(received, "worker");
-    }
-}
-
 /// The size of a [`WipeOnForkPage`]: one page on every Linux target (larger pages round up).
 pub(crate) const WIPED_PAGE: usize = 4096;
 
@@ -417,5 +372,50 @@ impl Drop for WipeOnForkPage {
     fn drop(&mut self) {
         // SAFETY: unmaps the mapping `self` owns; `drop` takes the last reference to it.
         let _ = unsafe { rustix::mm::munmap(self.start.as_ptr().cast(), WIPED_PAGE) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::BorrowedFd;
+    use std::process::Stdio;
+
+    /// A set-up step finds at fd 3 what the host had there, never the channel: a descriptor
+    /// the set-up writes to can sit at 3 in the child, and a channel moved there first would
+    /// take those writes. The worker then finds the channel at 3.
+    #[tokio::test]
+    async fn the_channel_takes_fd_3_only_after_the_set_up() {
+        let (mut host_end, pair_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        // Above 3, so that only the move can put the channel there.
+        let child_end = rustix::io::fcntl_dupfd_cloexec(&pair_end, 10).unwrap();
+        drop(pair_end);
+        let channel = rustix::fs::fstat(&child_end).unwrap().st_ino;
+        let set_up: SetUp = Box::new(move || {
+            // SAFETY: fd 3 is only inspected, while this single-threaded child runs.
+            let at_3 = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(3) });
+            match at_3 {
+                Ok(stat) if stat.st_ino == channel => {
+                    Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+                }
+                _ => Ok(()),
+            }
+        });
+        let mut command = Command::new("/bin/sh");
+        command
+            .args(["-c", "printf worker >&3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        prepare_child(&mut command, Some(set_up), Some(child_end));
+        let mut child = command
+            .spawn()
+            .expect("the set-up did not find the channel at fd 3");
+        drop(command);
+        assert!(child.wait().await.unwrap().success());
+        let mut received = String::new();
+        host_end.read_to_string(&mut received).unwrap();
+        assert_eq!(received, "worker");
     }
 }
