@@ -7,10 +7,13 @@
 //! that no two processes ever take bytes from the same copy of it: a host used on both sides
 //! of a `fork` would otherwise send the same ids in the same order
 //! (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork`). So the buffer lives in a
-//! [`WipeOnForkPage`]: a child gets it zeroed, its count of unused bytes reads 0, and it draws
-//! fresh bytes from the OS. Each thread has its own page (no lock a fork could leave held);
-//! where the kernel lacks `MADV_WIPEONFORK`, every id is one `getrandom` as before.
+//! [`WipeOnForkPage`], which a child gets zeroed. Each thread has its own page (no lock a fork
+//! could leave held); where the kernel lacks `MADV_WIPEONFORK`, every id is one `getrandom`.
 //!
+//! The page starts with a *live* marker, written before any random byte goes in and read
+//! again after the id is taken. A zero marker means the page was wiped: before the draw, it
+//! is refilled; during it (a signal handler forked in the middle, and this is the child), the
+//! draw starts over, since what it took may be the parent's and the count it wrote is stale.
 //! Bytes are zeroed as they are handed out, so the page never holds an id already used.
 
 use std::cell::RefCell;
@@ -19,10 +22,13 @@ use rand_core::{CryptoRng, RngCore};
 
 use crate::sys::{WipeOnForkPage, WIPED_PAGE};
 
-/// The leading bytes of the page: how many random bytes are still unused (little-endian).
+/// The marker (the page's first 8 bytes, see [`WipeOnForkPage::split`]) of a page this
+/// process filled; zero in a page new or wiped by a fork. of a page this process filled.
+const LIVE: u64 = 0x6169_726c_6f63_6b21;
+/// The 8 bytes after the marker: how many random bytes are still unused (little-endian).
 const COUNT: usize = 8;
-/// The random bytes: the first `count` of them are unused.
-const POOL: usize = WIPED_PAGE - COUNT;
+/// The random bytes (255 ids): the first `count` of them are unused.
+const POOL: usize = WIPED_PAGE - 8 - COUNT;
 
 thread_local! {
     /// This thread's pool: `None` before its first id, and where the kernel cannot wipe pages
@@ -52,7 +58,7 @@ impl RngCore for CallIdRng {
             let mut page = page.borrow_mut();
             match page.get_or_insert_with(|| WipeOnForkPage::new().ok()) {
                 Some(page) if dest.len() <= POOL => {
-                    take(page.bytes(), dest);
+                    take(page, dest);
                     true
                 }
                 _ => false,
@@ -68,26 +74,38 @@ impl RngCore for CallIdRng {
 impl CryptoRng for CallIdRng {}
 
 /// Fills `dest` (at most [`POOL`] bytes) from the page's unused bytes, refilling them from the
-/// OS first if too few are left, and zeroes the bytes taken.
-fn take(page: &mut [u8; WIPED_PAGE], dest: &mut [u8]) {
-    let (count, pool) = page.split_at_mut(COUNT);
-    let mut unused = [0u8; COUNT];
-    unused.copy_from_slice(count);
-    // Anything larger than the pool is not a count this code wrote: treat it as empty.
-    let mut unused = usize::try_from(u64::from_le_bytes(unused))
-        .ok()
-        .filter(|&n| n <= pool.len())
-        .unwrap_or(0);
-    if unused < dest.len() {
-        os_random(pool);
-        unused = pool.len();
+/// OS first if the page is not live or too few are left, and zeroes the bytes taken.
+fn take(page: &mut WipeOnForkPage, dest: &mut [u8]) {
+    let (mut marker, rest) = page.split();
+    let (count, pool) = rest.split_at_mut(COUNT);
+    loop {
+        let mut unused = if marker.get() == LIVE {
+            let mut unused = [0u8; COUNT];
+            unused.copy_from_slice(count);
+            // Anything larger than the pool is not a count this code wrote: treat it as empty.
+            usize::try_from(u64::from_le_bytes(unused))
+                .ok()
+                .filter(|&n| n <= pool.len())
+                .unwrap_or(0)
+        } else {
+            // Live from before the first random byte goes in: a wipe from here on shows.
+            marker.set(LIVE);
+            0
+        };
+        if unused < dest.len() {
+            os_random(pool);
+            unused = pool.len();
+        }
+        let from = unused - dest.len();
+        if let Some(taken) = pool.get_mut(from..unused) {
+            dest.copy_from_slice(taken);
+            taken.fill(0);
+        }
+        count.copy_from_slice(&(from as u64).to_le_bytes());
+        if marker.get() == LIVE {
+            return;
+        }
     }
-    let from = unused - dest.len();
-    if let Some(taken) = pool.get_mut(from..unused) {
-        dest.copy_from_slice(taken);
-        taken.fill(0);
-    }
-    count.copy_from_slice(&(from as u64).to_le_bytes());
 }
 
 /// The OS's randomness. A host that cannot draw any cannot make a call id that a worker could
@@ -96,6 +114,17 @@ fn os_random(dest: &mut [u8]) {
     if let Err(err) = getrandom::fill(dest) {
         panic!("the operating system's random source failed: {err}");
     }
+}
+
+/// The address of this thread's pool page, made if need be (for `sys`'s fork test).
+#[cfg(test)]
+pub(crate) fn this_threads_page() -> usize {
+    CallIdRng.fill_bytes(&mut [0u8; 16]);
+    PAGE.with(|page| {
+        let mut page = page.borrow_mut();
+        let page = page.as_mut().and_then(Option::as_mut).expect("a pool page");
+        page.split().1.as_mut_ptr() as usize - 8
+    })
 }
 
 #[cfg(test)]
@@ -107,7 +136,7 @@ mod tests {
         let mut rng = CallIdRng;
         let mut seen = std::collections::HashSet::new();
         // More than one page's worth, so the pool refills on the way.
-        for _ in 0..3 * (POOL / 16) {
+        for _ in 0..3 * (POOL / 16) + 1 {
             let mut id = [0u8; 16];
             rng.fill_bytes(&mut id);
             assert!(seen.insert(id), "an id came out twice");
@@ -115,8 +144,9 @@ mod tests {
         PAGE.with(|page| {
             let mut page = page.borrow_mut();
             let page = page.as_mut().and_then(Option::as_mut).expect("a pool page");
-            let bytes = page.bytes();
-            let (count, pool) = bytes.split_at(COUNT);
+            let (marker, rest) = page.split();
+            assert_eq!(marker.get(), LIVE);
+            let (count, pool) = rest.split_at(COUNT);
             let unused = u64::from_le_bytes(count.try_into().unwrap()) as usize;
             assert!(unused < POOL, "nothing was taken from the last refill");
             assert!(

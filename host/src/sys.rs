@@ -343,8 +343,10 @@ impl WipeOnForkPage {
                 MapFlags::PRIVATE,
             )
         }?;
-        // SAFETY: advises only the mapping made above, which nothing references yet.
-        let advised = unsafe { madvise(start, WIPED_PAGE, Advice::LinuxWipeOnFork) };
+        // SAFETY: advises only the mapping made above, which nothing references yet. A core
+        // dump need not carry the ids of calls not yet made either.
+        let advised = unsafe { madvise(start, WIPED_PAGE, Advice::LinuxWipeOnFork) }
+            .and_then(|()| unsafe { madvise(start, WIPED_PAGE, Advice::LinuxDontDump) });
         let mapped = std::ptr::NonNull::new(start.cast::<u8>());
         match (advised, mapped) {
             (Ok(()), Some(start)) => Ok(Self { start }),
@@ -359,12 +361,51 @@ impl WipeOnForkPage {
         }
     }
 
-    /// The page's bytes.
-    pub(crate) fn bytes(&mut self) -> &mut [u8; WIPED_PAGE] {
+    /// The page in two parts: its first 8 bytes as a [`WipeMarker`], and the rest.
+    pub(crate) fn split(&mut self) -> (WipeMarker<'_>, &mut [u8; WIPED_PAGE - 8]) {
+        let start = self.start.as_ptr();
         // SAFETY: `start` is the start of a live, readable and writable private mapping of
-        // WIPED_PAGE bytes (page-aligned, so aligned for a byte array) that `self` owns until
-        // it is dropped, and `&mut self` makes this the only reference into it.
-        unsafe { &mut *self.start.as_ptr().cast::<[u8; WIPED_PAGE]>() }
+        // WIPED_PAGE bytes that `self` owns until it is dropped. The marker's 8 bytes and the
+        // rest do not overlap, `&mut self` makes these the only references into the page for
+        // as long as they live, and the start is page-aligned, so aligned for a `u64`.
+        unsafe {
+            let rest = &mut *start.add(8).cast::<[u8; WIPED_PAGE - 8]>();
+            let marker = WipeMarker {
+                at: std::ptr::NonNull::new_unchecked(start.cast::<u64>()),
+                _page: std::marker::PhantomData,
+            };
+            (marker, rest)
+        }
+    }
+}
+
+/// The first 8 bytes of a [`WipeOnForkPage`], which a fork in a signal handler can zero
+/// between two instructions of the code reading them: every access is volatile and fenced, so
+/// the compiler neither elides nor reorders it against the page's other accesses.
+pub(crate) struct WipeMarker<'page> {
+    at: std::ptr::NonNull<u64>,
+    _page: std::marker::PhantomData<&'page mut u64>,
+}
+
+impl WipeMarker<'_> {
+    /// The marker as it is in memory now.
+    pub(crate) fn get(&self) -> u64 {
+        use std::sync::atomic::{compiler_fence, Ordering};
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: `at` points at 8 aligned bytes of the page that this marker's borrow keeps
+        // mapped and that nothing else references; every bit pattern is a valid `u64`.
+        let value = unsafe { self.at.as_ptr().read_volatile() };
+        compiler_fence(Ordering::SeqCst);
+        value
+    }
+
+    /// Writes the marker.
+    pub(crate) fn set(&mut self, value: u64) {
+        use std::sync::atomic::{compiler_fence, Ordering};
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: as in `get`, and `&mut self` makes this the only access.
+        unsafe { self.at.as_ptr().write_volatile(value) };
+        compiler_fence(Ordering::SeqCst);
     }
 }
 
@@ -381,6 +422,133 @@ mod tests {
     use std::io::Read;
     use std::os::fd::BorrowedFd;
     use std::process::Stdio;
+
+    /// A fork that lands inside a draw (after `take` has read the count, before it has
+    /// written the new one) must not leave the child a pool that is all zeros with a count
+    /// that says it is full of unused randomness: the child would then send all-zero,
+    /// predictable ids for up to 255 calls.
+    ///
+    /// The fork is pinned deterministically: the page is made read-only, so the draw's first
+    /// write into it faults, and the `SIGSEGV` handler makes it writable again and forks
+    /// (what any signal handler that forks does if the signal lands there). Parent and child
+    /// both return from the handler and finish the draw; the child then draws three more ids.
+    #[test]
+    fn a_fork_inside_a_call_id_draw_never_leaves_the_child_zero_or_shared_ids() {
+        use crate::ids::{this_threads_page, CallIdRng};
+        use rand_core::RngCore;
+        use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+        static PAGE_AT: AtomicUsize = AtomicUsize::new(0);
+        static IN_CHILD: AtomicBool = AtomicBool::new(false);
+        static CHILD: AtomicI32 = AtomicI32::new(0);
+        static REPORT: AtomicI32 = AtomicI32::new(-1);
+        let (mut report_in, report_out) = std::os::unix::net::UnixStream::pair().unwrap();
+        REPORT.store(
+            std::os::fd::AsRawFd::as_raw_fd(&report_out),
+            Ordering::SeqCst,
+        );
+
+        extern "C" fn on_fault(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            let page = PAGE_AT.load(Ordering::SeqCst);
+            // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+            let addr = unsafe { (*info).si_addr() } as usize;
+            if page == 0 || !(page..page + WIPED_PAGE).contains(&addr) {
+                // SAFETY: not our fault: restore the default action; the access faults again.
+                unsafe { libc::signal(libc::SIGSEGV, libc::SIG_DFL) };
+                return;
+            }
+            PAGE_AT.store(0, Ordering::SeqCst);
+            // SAFETY: system calls on integers and the page this test owns; the raw fork
+            // (clone with SIGCHLD, as `sys::clone_into_namespaces`) runs no atfork handler.
+            unsafe {
+                libc::mprotect(
+                    page as *mut libc::c_void,
+                    WIPED_PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                );
+                let pid = libc::syscall(
+                    libc::SYS_clone,
+                    libc::SIGCHLD as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                );
+                if pid == 0 {
+                    IN_CHILD.store(true, Ordering::SeqCst);
+                } else {
+                    CHILD.store(pid as i32, Ordering::SeqCst);
+                }
+            }
+        }
+
+        let mut rng = CallIdRng;
+        // The page exists, is live and holds unused ids: the next draw's first write into it
+        // is the zeroing of the bytes it took.
+        let page = this_threads_page();
+        // SAFETY: installs a handler (saving the old action, restored below) and makes the
+        // test thread's own pool page read-only; nothing else writes to it.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_fault as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGSEGV, &action, &mut old), 0);
+            PAGE_AT.store(page, Ordering::SeqCst);
+            assert_eq!(
+                libc::mprotect(page as *mut libc::c_void, WIPED_PAGE, libc::PROT_READ),
+                0
+            );
+        }
+
+        let mut in_flight = [0u8; 16];
+        rng.fill_bytes(&mut in_flight); // forks half-way through
+                                        // The child reports through a pipe the id it drew in flight and three more.
+        if IN_CHILD.load(Ordering::SeqCst) {
+            let mut ids = [[0u8; 16]; 4];
+            ids[0] = in_flight;
+            ids[1..].iter_mut().for_each(|id| rng.fill_bytes(id));
+            let out = REPORT.load(Ordering::SeqCst);
+            // SAFETY: writes 64 bytes of a local array to the pipe's write end, then leaves
+            // the forked child without running the harness's code.
+            unsafe {
+                libc::write(out, ids.as_ptr().cast(), 64);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: restores the action saved above.
+        unsafe { libc::sigaction(libc::SIGSEGV, &old, std::ptr::null_mut()) };
+        let child = CHILD.load(Ordering::SeqCst);
+        assert!(child > 0, "the draw did not fault, so no fork happened");
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status),
+            "the child did not exit: {status:#x}"
+        );
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+        drop(report_out);
+        let mut reported = Vec::new();
+        report_in.read_to_end(&mut reported).unwrap();
+        let ids: Vec<&[u8]> = reported.chunks(16).collect();
+        assert_eq!(ids.len(), 4, "the child did not report its ids");
+        assert!(
+            ids.iter().all(|id| *id != [0u8; 16]),
+            "the forked child drew all-zero ids: {ids:02x?}"
+        );
+        assert_ne!(
+            ids[0], in_flight,
+            "parent and child both took the id drawn when the fork struck"
+        );
+        // The parent's next ids are its own.
+        let mut next = [0u8; 16];
+        rng.fill_bytes(&mut next);
+        assert!(
+            !ids.contains(&&next[..]),
+            "the parent drew an id the child drew"
+        );
+    }
 
     /// A set-up step finds at fd 3 what the host had there, never the channel: a descriptor
     /// the set-up writes to can sit at 3 in the child, and a channel moved there first would
