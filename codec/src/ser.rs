@@ -19,8 +19,13 @@ use crate::EncodeError;
 /// assert_eq!(airlock_codec::to_vec(&(1u8, "hi")).unwrap(), [1, 2, b'h', b'i']);
 /// ```
 pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
-    postcard::to_allocvec(value).map_err(map_postcard)
+    // Room for a small message up front: one allocation for most calls, where growing from
+    // empty takes two.
+    to_extend(value, Vec::with_capacity(SMALL_MESSAGE))
 }
+
+/// The capacity [`to_vec`] starts with.
+const SMALL_MESSAGE: usize = 128;
 
 /// Appends the encoding of `value` to `out` (for example a frame buffer being assembled).
 ///

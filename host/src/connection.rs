@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use airlock_protocol::transport::{FrameReceiver, Outgoing};
+use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing};
 use airlock_protocol::{
     AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
     Transmit, TransportError,
@@ -602,7 +602,7 @@ pub(crate) async fn read_frames(
                 }
                 continue;
             }
-            item = receiver.recv() => item,
+            item = next_frame(&mut *receiver) => item,
             () = tokio::task::yield_now(), if spinning => continue,
         };
         let last = !matches!(item, Ok(Some(_)));

@@ -9,14 +9,50 @@ use bytes::Bytes;
 
 use crate::{Transmit, TransportError};
 
+/// How far the write of one batch has got: the bytes the OS has taken so far, and the deadline
+/// the transport armed when the write first had to wait. A fresh one ([`Default`]) starts each
+/// batch; the same one goes to every [`FrameSender::poll_send`] of that batch.
+#[derive(Default)]
+pub struct SendProgress {
+    /// Bytes of the batch (its frames' heads and bodies, in order) already written.
+    pub written: usize,
+    /// The send deadline, armed by the transport when the batch first had to wait.
+    pub deadline: Option<core::pin::Pin<Box<dyn core::future::Future<Output = ()> + Send>>>,
+}
+
+impl core::fmt::Debug for SendProgress {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendProgress")
+            .field("written", &self.written)
+            .field("waiting", &self.deadline.is_some())
+            .finish()
+    }
+}
+
 /// Writes frames.
 #[async_trait]
 pub trait FrameSender: Send {
-    /// Writes every frame of `batch`, in order, as few system calls as the transport can
-    /// manage (vectored writes). Completes when all bytes were handed to the OS, fails with
+    /// Writes `batch` from byte `progress.written` on, as few system calls as the transport can
+    /// manage (vectored writes), advancing `progress` as the OS takes bytes. `Ready(Ok)` once
+    /// every byte is written; `Pending` while the OS has no room (call again with the same
+    /// batch and progress when woken). Fails with [`TransportError::SendTimeout`] once the
+    /// batch has waited longer than the transport's send deadline. No allocation unless the
+    /// write has to wait (then its deadline timer).
+    fn poll_send(
+        &mut self,
+        cx: &mut core::task::Context<'_>,
+        batch: &[Transmit],
+        progress: &mut SendProgress,
+    ) -> core::task::Poll<Result<(), TransportError>>;
+
+    /// Writes every frame of `batch`, in order ([`poll_send`](Self::poll_send) to the end).
+    /// Completes when all bytes were handed to the OS; fails with
     /// [`TransportError::SendTimeout`] if the peer stops reading for longer than the
     /// transport's send deadline.
-    async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError>;
+    async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError> {
+        let mut progress = SendProgress::default();
+        core::future::poll_fn(|cx| self.poll_send(cx, batch, &mut progress)).await
+    }
 
     /// Closes the write direction; the peer sees end of stream.
     async fn close(&mut self) -> Result<(), TransportError>;
@@ -25,11 +61,20 @@ pub trait FrameSender: Send {
 /// Reads frames.
 #[async_trait]
 pub trait FrameReceiver: Send {
-    /// The next frame's payload (without its length prefix), `Ok(None)` at a clean end of
-    /// stream (between frames). A length over the receiver's `max_frame` is refused from the
-    /// prefix alone ([`FrameError::TooLarge`](crate::FrameError::TooLarge)); an end of stream
-    /// inside a frame is [`FrameError::Truncated`](crate::FrameError::Truncated).
-    async fn recv(&mut self) -> Result<Option<Bytes>, TransportError>;
+    /// Polls for the next frame's payload (without its length prefix): `Ok(None)` at a clean
+    /// end of stream (between frames). A length over the receiver's `max_frame` is refused
+    /// from the prefix alone ([`FrameError::TooLarge`](crate::FrameError::TooLarge)); an end
+    /// of stream inside a frame is [`FrameError::Truncated`](crate::FrameError::Truncated).
+    /// `Pending` loses nothing: bytes already read stay buffered for the next call.
+    fn poll_recv(
+        &mut self,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<Result<Option<Bytes>, TransportError>>;
+
+    /// The next frame, as [`poll_recv`](Self::poll_recv) says. Cancel-safe.
+    async fn recv(&mut self) -> Result<Option<Bytes>, TransportError> {
+        core::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
 
     /// Changes the cap for frames not yet started, keeping what is buffered. A host starts
     /// its receiver at [`HANDSHAKE_MAX_FRAME`](crate::HANDSHAKE_MAX_FRAME) and raises it once
@@ -38,6 +83,14 @@ pub trait FrameReceiver: Send {
     fn set_max_frame(&mut self, max_frame: u32) {
         let _ = max_frame;
     }
+}
+
+/// The next frame from `receiver`, without the allocation an `async_trait` method's future
+/// costs: for loops that read every frame. Cancel-safe, as [`FrameReceiver::recv`].
+pub fn next_frame<R: FrameReceiver + ?Sized>(
+    receiver: &mut R,
+) -> impl core::future::Future<Output = Result<Option<Bytes>, TransportError>> + '_ {
+    core::future::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
 /// A bidirectional frame channel.
@@ -54,11 +107,11 @@ pub trait Transport: Send {
 /// The write in flight on a connection, driven from the loop that owns the session instead of
 /// a writer task of its own.
 ///
-/// [`start`](Self::start) hands a batch to the sender and polls it once: when the OS takes
+/// [`start`](Self::start) hands a batch to the sender and tries it once: when the OS takes
 /// every byte at once (the common case: the peer is reading), it is done there, with no task
-/// hop and no wake-up. Only a write that has to wait stays in flight; the loop then awaits
-/// [`finish`](Self::finish) beside its other inputs (it is cancel-safe) and queues new frames
-/// until the write is done, so frames never interleave and a partial write is never
+/// hop, no wake-up and no allocation. Only a write that has to wait stays in flight; the loop
+/// then awaits [`finish`](Self::finish) beside its other inputs (it is cancel-safe) and queues
+/// new frames until the write is done, so frames never interleave and a partial write is never
 /// abandoned. The sender's own send deadline bounds a write that cannot finish.
 ///
 /// A write that fails (its deadline passed, the peer went away) may have stopped inside a frame,
@@ -66,23 +119,12 @@ pub trait Transport: Send {
 /// [`start`](Self::start) or [`close`](Self::close) fails with [`TransportError::Closed`]. No
 /// frame is ever written behind a partial one.
 pub struct Outgoing {
-    idle: Option<Box<dyn FrameSender>>,
-    flight: Option<Flight>,
+    sender: Option<Box<dyn FrameSender>>,
+    /// The batch being written and how far it has got.
+    flight: Option<(Vec<Transmit>, SendProgress)>,
     /// The last batch's emptied buffer, reused for the next one.
     spare: Vec<Transmit>,
 }
-
-type Flight = core::pin::Pin<
-    Box<
-        dyn core::future::Future<
-                Output = (
-                    Box<dyn FrameSender>,
-                    Vec<Transmit>,
-                    Result<(), TransportError>,
-                ),
-            > + Send,
-    >,
->;
 
 impl core::fmt::Debug for Outgoing {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -96,7 +138,7 @@ impl Outgoing {
     /// Writes through `sender`.
     pub fn new(sender: Box<dyn FrameSender>) -> Self {
         Self {
-            idle: Some(sender),
+            sender: Some(sender),
             flight: None,
             spare: Vec::new(),
         }
@@ -115,55 +157,48 @@ impl Outgoing {
     /// Starts writing `batch`: `Some(result)` if it completed at once, `None` if it is in
     /// flight. Fails with [`TransportError::Closed`] if a write is already in flight or the
     /// sender is gone.
-    pub async fn start(&mut self, mut batch: Vec<Transmit>) -> Option<Result<(), TransportError>> {
-        let Some(mut sender) = self.idle.take() else {
+    pub async fn start(&mut self, batch: Vec<Transmit>) -> Option<Result<(), TransportError>> {
+        if self.flight.is_some() || self.sender.is_none() {
             return Some(Err(TransportError::Closed));
-        };
-        let mut flight: Flight = Box::pin(async move {
-            let result = sender.send(&batch).await;
-            batch.clear();
-            (sender, batch, result)
-        });
-        let polled = core::future::poll_fn(|cx| {
-            core::task::Poll::Ready(match flight.as_mut().poll(cx) {
+        }
+        self.flight = Some((batch, SendProgress::default()));
+        core::future::poll_fn(|cx| {
+            core::task::Poll::Ready(match self.poll_flight(cx) {
                 core::task::Poll::Ready(done) => Some(done),
                 core::task::Poll::Pending => None,
             })
         })
-        .await;
-        match polled {
-            Some(done) => Some(self.landed(done)),
-            None => {
-                self.flight = Some(flight);
-                None
-            }
-        }
+        .await
     }
 
     /// Completes the write in flight; never completes when there is none (for `select!`).
     /// Cancel-safe: the write stays in flight.
     pub async fn finish(&mut self) -> Result<(), TransportError> {
-        let Some(flight) = self.flight.as_mut() else {
+        if self.flight.is_none() {
             return core::future::pending().await;
-        };
-        let done = flight.await;
-        self.flight = None;
-        self.landed(done)
+        }
+        core::future::poll_fn(|cx| self.poll_flight(cx)).await
     }
 
-    fn landed(
+    /// Drives the write in flight; when it ends, keeps its emptied buffer, and drops the
+    /// sender if it failed.
+    fn poll_flight(
         &mut self,
-        (sender, batch, result): (
-            Box<dyn FrameSender>,
-            Vec<Transmit>,
-            Result<(), TransportError>,
-        ),
-    ) -> Result<(), TransportError> {
-        self.spare = batch;
-        if result.is_ok() {
-            self.idle = Some(sender);
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<Result<(), TransportError>> {
+        let (Some(sender), Some((batch, progress))) = (self.sender.as_mut(), self.flight.as_mut())
+        else {
+            return core::task::Poll::Ready(Err(TransportError::Closed));
+        };
+        let result = core::task::ready!(sender.poll_send(cx, batch, progress));
+        if let Some((mut batch, _)) = self.flight.take() {
+            batch.clear();
+            self.spare = batch;
         }
-        result
+        if result.is_err() {
+            self.sender = None;
+        }
+        core::task::Poll::Ready(result)
     }
 
     /// Finishes the write in flight, then closes the write direction.
@@ -171,7 +206,7 @@ impl Outgoing {
         if self.is_busy() {
             self.finish().await?;
         }
-        match self.idle.as_mut() {
+        match self.sender.as_mut() {
             Some(sender) => sender.close().await,
             None => Err(TransportError::Closed),
         }

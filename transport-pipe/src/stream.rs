@@ -8,10 +8,10 @@
 use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
+use airlock_protocol::transport::{FrameReceiver, FrameSender, SendProgress, Transport};
 use airlock_protocol::{FrameDecoder, Transmit, TransportError, DEFAULT_MAX_FRAME};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -115,69 +115,86 @@ fn io_error(err: std::io::Error) -> TransportError {
 /// Slices gathered on the stack for one vectored write; a larger batch is written in turns.
 const SLICES_PER_WRITE: usize = 64;
 
-/// Writes every byte of `batch`, in order, with as few vectored writes as the OS allows and no
-/// allocation: up to [`SLICES_PER_WRITE`] non-empty heads and bodies per system call.
-async fn write_batch<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    batch: &[Transmit],
-) -> std::io::Result<()> {
-    // Pieces are numbered 2i (head of frame i) and 2i + 1 (its body). Plain loops rather than
-    // iterator closures: the future must be `Send` for every lifetime of `batch`.
-    let total = batch.len() * 2;
-    let mut next = 0;
-    while next < total {
-        let mut slices: [IoSlice<'_>; SLICES_PER_WRITE] = [IoSlice::new(&[]); SLICES_PER_WRITE];
-        let mut count = 0;
-        while next < total && count < SLICES_PER_WRITE {
-            let piece: &[u8] = match batch.get(next / 2) {
-                Some(t) if next % 2 == 0 => &t.head,
-                Some(t) => &t.body,
-                None => &[],
-            };
-            next += 1;
-            if let (false, Some(slot)) = (piece.is_empty(), slices.get_mut(count)) {
-                *slot = IoSlice::new(piece);
-                count += 1;
-            }
+/// The pieces of `batch` not yet written when `written` bytes are: up to
+/// [`SLICES_PER_WRITE`] non-empty heads and bodies, the first cut where the last write stopped.
+/// Returns how many slots of `slices` it filled.
+fn unwritten<'b>(
+    batch: &'b [Transmit],
+    mut written: usize,
+    slices: &mut [IoSlice<'b>; SLICES_PER_WRITE],
+) -> usize {
+    let pieces = batch.iter().flat_map(|t| [&t.head[..], &t.body[..]]);
+    let mut count = 0;
+    for piece in pieces {
+        if count == SLICES_PER_WRITE {
+            break;
         }
-        let mut remaining: &mut [IoSlice<'_>] = slices.get_mut(..count).unwrap_or_default();
-        while !remaining.is_empty() {
-            let written = writer.write_vectored(remaining).await?;
-            if written == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
+        // Whole pieces written already are skipped; the one the last write stopped in is cut.
+        let rest = match piece.get(written..) {
+            Some(rest) => {
+                written = 0;
+                rest
             }
-            IoSlice::advance_slices(&mut remaining, written);
+            None => {
+                written -= piece.len();
+                continue;
+            }
+        };
+        if let (false, Some(slot)) = (rest.is_empty(), slices.get_mut(count)) {
+            *slot = IoSlice::new(rest);
+            count += 1;
         }
     }
-    writer.flush().await
-}
-
-/// Polls `future` once: its output if it is ready, `None` if it would wait (its waker is then
-/// registered, so polling it again later is how to go on).
-async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Option<F::Output> {
-    std::future::poll_fn(|cx| {
-        Poll::Ready(match future.as_mut().poll(cx) {
-            Poll::Ready(output) => Some(output),
-            Poll::Pending => None,
-        })
-    })
-    .await
+    count
 }
 
 #[async_trait]
 impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
-    async fn send(&mut self, batch: &[Transmit]) -> Result<(), TransportError> {
-        let writer = self.writer.as_mut().ok_or(TransportError::Closed)?;
-        let mut write = std::pin::pin!(write_batch(writer, batch));
-        // A peer that reads leaves room in the pipe, and the whole batch goes in one
-        // non-blocking attempt: only a write that has to wait is put under the deadline (a
-        // timer and a clock read, on every send otherwise).
-        if let Some(result) = poll_once(write.as_mut()).await {
-            return result.map_err(io_error);
-        }
-        match tokio::time::timeout(self.send_timeout, write).await {
-            Ok(result) => result.map_err(io_error),
-            Err(_) => Err(TransportError::SendTimeout),
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        batch: &[Transmit],
+        progress: &mut SendProgress,
+    ) -> Poll<Result<(), TransportError>> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Poll::Ready(Err(TransportError::Closed));
+        };
+        let total: usize = batch.iter().map(Transmit::len).sum();
+        loop {
+            let step = if progress.written < total {
+                let mut slices = [IoSlice::new(&[]); SLICES_PER_WRITE];
+                let count = unwritten(batch, progress.written, &mut slices);
+                let slices = slices.get(..count).unwrap_or_default();
+                match Pin::new(&mut *writer).poll_write_vectored(cx, slices) {
+                    Poll::Ready(Ok(0)) => Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        progress.written += n;
+                        continue;
+                    }
+                    Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+                    Poll::Pending => Poll::Pending,
+                }
+            } else {
+                Pin::new(&mut *writer).poll_flush(cx)
+            };
+            return match step {
+                Poll::Ready(done) => {
+                    progress.deadline = None;
+                    Poll::Ready(done.map_err(io_error))
+                }
+                // The OS has no room: from now on the batch is under the send deadline (a
+                // timer, armed only for a write that has to wait).
+                Poll::Pending => {
+                    let timeout = self.send_timeout;
+                    let deadline = progress
+                        .deadline
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                    match deadline.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(TransportError::SendTimeout)),
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
+            };
         }
     }
 
@@ -198,12 +215,14 @@ impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
 
 #[async_trait]
 impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
-    async fn recv(&mut self) -> Result<Option<Bytes>, TransportError> {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, TransportError>> {
         loop {
             if let Some(frame) = self.decoder.next_frame()? {
-                return Ok(Some(frame));
+                return Poll::Ready(Ok(Some(frame)));
             }
             let wanted = self.decoder.wanted();
+            // Each read is a future polled once, here: tokio's reads are cancel-safe, so one
+            // that is not ready loses nothing and registers `cx` for the wake-up.
             let read = if wanted > READ_CHUNK {
                 // The rest of a large frame: read straight into the frame's buffer (the one
                 // copy this side makes), growing it at most by what has already arrived
@@ -212,18 +231,16 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
                 let want = wanted.min(buffered.max(READ_CHUNK));
                 let buf = self.decoder.read_buffer();
                 buf.reserve(want);
-                self.reader.read_buf(buf).await.map_err(io_error)?
+                let read = std::pin::pin!(self.reader.read_buf(buf)).poll(cx);
+                std::task::ready!(read).map_err(io_error)?
             } else {
                 // Prefixes and small frames: one read into the scratch buffer takes whatever
                 // the peer has written (often many frames), then it is appended.
                 if self.scratch.is_empty() {
                     self.scratch = vec![0; READ_CHUNK];
                 }
-                let read = self
-                    .reader
-                    .read(&mut self.scratch)
-                    .await
-                    .map_err(io_error)?;
+                let read = std::pin::pin!(self.reader.read(&mut self.scratch)).poll(cx);
+                let read = std::task::ready!(read).map_err(io_error)?;
                 if let Some(bytes) = self.scratch.get(..read) {
                     self.decoder.extend(bytes);
                 }
@@ -231,7 +248,7 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             };
             if read == 0 {
                 self.decoder.finish()?;
-                return Ok(None);
+                return Poll::Ready(Ok(None));
             }
         }
     }

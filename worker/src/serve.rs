@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use airlock_codec::Limits;
-use airlock_protocol::transport::{FrameReceiver, Outgoing, Transport};
+use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
 use airlock_protocol::{
     BuildIdHasher, CallId, CloseReason, ErrorKind, RemoteError, ReplyError, TransportError,
     WorkerConfig, WorkerEvent, WorkerSession,
@@ -105,7 +105,7 @@ pub(crate) async fn serve_on<T: Transport>(
         let spinning = spin_until.is_some_and(|until| std::time::Instant::now() < until);
         tokio::select! {
             biased;
-            incoming = receiver.recv() => match feed(&mut session, incoming) {
+            incoming = next_frame(&mut receiver) => match feed(&mut session, incoming) {
                 Ok(true) => spin_until = spin.map(|window| std::time::Instant::now() + window),
                 Ok(false) => {}
                 Err(err) => break Err(err),
@@ -165,7 +165,7 @@ fn feed(
 }
 
 /// Applies up to [`GATHER`] more frames that need no waiting: decoded already, or readable at
-/// once (`recv` polled with a waker that does nothing, then dropped: it is cancel-safe). It
+/// once (`poll_recv` with a waker that does nothing; a frame not yet whole stays buffered). It
 /// stops after a blocking handler ran on the loop, whose answer must not wait, and it never
 /// runs one there itself: the answers gathered so far would wait for it.
 /// Returns how many frames it applied, or how serving ends.
@@ -173,8 +173,7 @@ fn gather<R: FrameReceiver>(applying: &mut Applying<'_, R>) -> Result<usize, Sto
     let mut frames = 0;
     while frames < GATHER && !applying.calls.ran_on_loop {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        let std::task::Poll::Ready(incoming) = applying.receiver.recv().as_mut().poll(&mut cx)
-        else {
+        let std::task::Poll::Ready(incoming) = applying.receiver.poll_recv(&mut cx) else {
             break;
         };
         let was_frame = feed(applying.session, incoming).map_err(Err)?;
