@@ -19,13 +19,12 @@ use crate::EncodeError;
 /// assert_eq!(airlock_codec::to_vec(&(1u8, "hi")).unwrap(), [1, 2, b'h', b'i']);
 /// ```
 pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
-    // Room for a small message up front: one allocation for most calls, where growing from
-    // empty takes two.
-    to_extend(value, Vec::with_capacity(SMALL_MESSAGE))
+    // Measured first (a pass that copies nothing), then written into a buffer of exactly that
+    // size: one allocation, and a buffer whose length is its capacity, which becomes `Bytes`
+    // without another.
+    let size = postcard::experimental::serialized_size(value).map_err(map_postcard)?;
+    to_extend(value, Vec::with_capacity(size))
 }
-
-/// The capacity [`to_vec`] starts with.
-const SMALL_MESSAGE: usize = 128;
 
 /// Appends the encoding of `value` to `out` (for example a frame buffer being assembled).
 ///

@@ -333,10 +333,10 @@ impl Core {
             // Only the session's own last frames, written (bounded) by the supervisor as it
             // puts the worker down.
             self.last_words.append(&mut batch);
-        } else if !batch.is_empty() {
-            if let Some(batch) = self.wire.push(batch) {
-                settled.write = Some((Arc::clone(&self.wire), batch));
-            }
+        } else if batch.is_empty() {
+            self.wire.give_back(batch);
+        } else if let Some(batch) = self.wire.push(batch) {
+            settled.write = Some((Arc::clone(&self.wire), batch));
         }
         settled
     }
@@ -713,6 +713,11 @@ impl Wire {
         std::mem::take(&mut self.queue().spare)
     }
 
+    /// Returns a batch buffer [`take_spare`](Self::take_spare) lent that was not needed.
+    fn give_back(&self, unused: Vec<Transmit>) {
+        keep_larger(&mut self.queue().spare, unused);
+    }
+
     /// Queues `frames`; returns the batch to write if the caller became the writer.
     fn push(&self, mut frames: Vec<Transmit>) -> Option<Vec<Transmit>> {
         let mut queue = self.queue();
@@ -761,9 +766,7 @@ impl Wire {
             // Written whole: done, unless frames were queued meanwhile.
             Some(Some(Ok(()))) => {
                 let mut queue = self.queue();
-                if queue.spare.capacity() < spare.capacity() {
-                    queue.spare = spare;
-                }
+                keep_larger(&mut queue.spare, spare);
                 if queue.frames.is_empty() {
                     queue.writing = false;
                     drop(queue);
@@ -785,8 +788,16 @@ impl Wire {
 
     /// This party became the writer but must not write itself: the writer task writes the
     /// batch (ahead of anything queued since, which came after it).
-    fn hand_off(&self, batch: Vec<Transmit>) {
-        self.queue().frames.splice(0..0, batch);
+    fn hand_off(&self, mut batch: Vec<Transmit>) {
+        let mut queue = self.queue();
+        if queue.frames.is_empty() {
+            // The batch becomes the queue, and the queue's empty buffer the next spare.
+            std::mem::swap(&mut queue.frames, &mut batch);
+            keep_larger(&mut queue.spare, batch);
+        } else {
+            queue.frames.splice(0..0, batch);
+        }
+        drop(queue);
         self.resume.notify_one();
     }
 
@@ -847,6 +858,7 @@ async fn write_queued(wire: &Wire, mut outgoing: Outgoing) -> Result<(), Transpo
         }
         let batch = {
             let mut queue = wire.queue();
+            keep_larger(&mut queue.spare, outgoing.take_buffer());
             if queue.frames.is_empty() {
                 *wire.sender() = Some(outgoing);
                 queue.writing = false;
@@ -857,6 +869,15 @@ async fn write_queued(wire: &Wire, mut outgoing: Outgoing) -> Result<(), Transpo
         if let Some(result) = outgoing.start(batch).await {
             result?;
         }
+    }
+}
+
+/// Keeps the emptied batch buffer with more room in `spare`, so the next batch is gathered
+/// without an allocation.
+fn keep_larger(spare: &mut Vec<Transmit>, mut other: Vec<Transmit>) {
+    if other.capacity() > spare.capacity() {
+        other.clear();
+        *spare = other;
     }
 }
 
