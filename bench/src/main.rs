@@ -156,36 +156,68 @@ fn phase(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `calls N --worker PATH`: N small calls on one current-thread host and nothing else, for a
-/// profiler to look at (`strace -f -c`, `valgrind --tool=callgrind --trace-children=yes`).
+/// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES]`: N small calls on one
+/// current-thread host (with `--window`, W at a time on a 2-thread host; with `--body`, echoes
+/// of that size) and nothing else, for a profiler to look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     // `--unconfined`: a profiler that follows children cannot trace into the sandbox.
     let unconfined = args.iter().any(|a| a == "--unconfined");
-    let rest: Vec<String> = args[1..]
-        .iter()
-        .filter(|a| *a != "--unconfined")
-        .cloned()
-        .collect();
+    // `--window W`: W calls in flight on a 2-thread host, as the pipelined rows make them.
+    let window = number_after(args, "--window")?;
+    // `--body BYTES`: echo bodies of that size, one at a time, on a host whose `max_frame`
+    // fits them (the bulk rows' calls).
+    let body = number_after(args, "--body")?;
+    let mut rest = Vec::new();
+    let mut given = args[1..].iter();
+    while let Some(arg) = given.next() {
+        match arg.as_str() {
+            "--unconfined" => {}
+            "--window" | "--body" => {
+                given.next();
+            }
+            _ => rest.push(arg.clone()),
+        }
+    }
     let options = options(&rest)?;
-    let rt = links::runtime(0)?;
-    let host = links::spawn_host(
-        &rt,
-        &options.worker,
-        airlock_host::TransportChoice::Pipe,
-        if unconfined {
-            airlock_host::Confinement::none()
-        } else {
-            airlock_host::Confinement::strict()
-        },
-    )?;
-    let elapsed = links::calls(&rt, &host, n)?;
+    let rt = links::runtime(if window.is_some() { 2 } else { 0 })?;
+    let policy = if unconfined {
+        airlock_host::Confinement::none()
+    } else {
+        airlock_host::Confinement::strict()
+    };
+    let mut builder = airlock_host::Host::builder(&options.worker).confinement(policy);
+    if let Some(len) = body {
+        let max_frame = u32::try_from(len)?.saturating_add(4096);
+        builder = builder.protocol(airlock_host::HostConfig::default().max_frame(max_frame)?);
+    }
+    let host = rt.block_on(builder.spawn())?;
+    let elapsed = match (window, body) {
+        (Some(window), _) => links::pipelined(&rt, &host, n, window)?,
+        (None, Some(len)) => {
+            let body = serde_bytes::ByteBuf::from(vec![0xa5u8; len as usize]);
+            let mut total = std::time::Duration::ZERO;
+            for _ in 0..n {
+                total += links::bulk(&rt, &host, &body)?;
+            }
+            total
+        }
+        (None, None) => links::calls(&rt, &host, n)?,
+    };
     rt.block_on(host.shutdown());
     eprintln!(
         "{n} calls: {:.2} µs each",
         elapsed.as_secs_f64() * 1e6 / f64::from(n)
     );
     Ok(())
+}
+
+/// The number after `flag` in `args`, if the flag is there.
+fn number_after(args: &[String], flag: &str) -> Result<Option<u32>, Error> {
+    match args.iter().position(|a| a == flag) {
+        Some(at) => Ok(Some(args.get(at + 1).ok_or(USAGE)?.parse()?)),
+        None => Ok(None),
+    }
 }
 
 const BEGIN: &str = "<!-- airlock-bench:begin (written by `cargo xtask bench`) -->";
