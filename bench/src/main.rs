@@ -172,7 +172,7 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
-            "--unconfined" => {}
+            "--unconfined" | "--from-task" => {}
             "--window" | "--body" => {
                 given.next();
             }
@@ -201,6 +201,9 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
                 total += links::bulk(&rt, &host, &body)?;
             }
             total
+        }
+        (None, None) if args.iter().any(|a| a == "--from-task") => {
+            links::calls_from_task(&rt, &host, n)?
         }
         (None, None) => links::calls(&rt, &host, n)?,
     };

@@ -206,6 +206,8 @@ fn small_calls(
     };
     let mut raw_pipe_3 = RawLink::echo(Raw::Pipe)?;
     let mut raw_pipe_4 = RawLink::echo(Raw::Pipe)?;
+    let mut raw_pipe_5 = RawLink::echo(Raw::Pipe)?;
+    let mut ipc_2 = IpcLink::start()?;
     let one_slot_host = links::spawn_one_slot_host(&current, worker)?;
     let mut measured = vec![
         Measured {
@@ -234,6 +236,26 @@ fn small_calls(
             bursts: vec![
                 Box::new(|| Ok(micros_per(n, links::calls(&current, &socket_host, n)?))),
                 Box::new(|| Ok(micros_per(n, raw_socket.round_trips(n)?))),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                format!(
+                    "small call, {regime}, pipe, current-thread host, caller in a spawned task"
+                ),
+                Unit::Micros,
+                "Host::call Echo 64 B from tokio::spawn",
+                &["raw blocking pipe", "ipc-channel typed"],
+            ),
+            bursts: vec![
+                Box::new(|| {
+                    Ok(micros_per(
+                        n,
+                        links::calls_from_task(&current, &pipe_host, n)?,
+                    ))
+                }),
+                Box::new(|| Ok(micros_per(n, raw_pipe_5.round_trips(n)?))),
+                Box::new(|| Ok(micros_per(n, ipc_2.round_trips(n)?))),
             ],
         },
         Measured {
