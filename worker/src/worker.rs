@@ -302,11 +302,12 @@ impl Worker {
 
     /// [`serve`](Self::serve) on a single-threaded runtime of its own, for binaries that have
     /// none. Async handlers share that thread (cooperatively); register CPU-heavy or blocking
-    /// work with [`blocking_method`](Self::blocking_method), which runs on a thread pool.
+    /// work with [`blocking_method`](Self::blocking_method), which runs on a thread pool (or,
+    /// with [`max_concurrency(1)`](Self::max_concurrency), on this thread).
     pub fn serve_blocking(self) -> Result<(), ServeError> {
         // One thread: every hop of a call (reader, serving loop, handler, writer) stays on it,
         // instead of paying a cross-thread wake-up (often an idle vCPU's) at each. Handlers still
-        // run concurrently; blocking ones go to tokio's blocking pool.
+        // run concurrently; blocking ones go to tokio's blocking pool unless there is one slot.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
