@@ -550,6 +550,191 @@ mod tests {
         );
     }
 
+    /// Every instruction boundary of a draw is a place where a signal handler can fork. This
+    /// single-steps a draw (the x86-64 trap flag, set in a signal handler's saved context) and,
+    /// for each step `n`, repeats the draw from the same starting state with a fork in the
+    /// `SIGTRAP` handler at step `n`. The child finishes the draw, draws three more ids and
+    /// reports all four; the parent draws four more. For every fork point: no child id is all
+    /// zero, no later child id is one of the parent's, and the in-flight id is shared only in
+    /// a final run of steps (after the draw's last marker read: the child's stack then holds
+    /// the id, as after any draw, which no check can help). A pool read moved past the last
+    /// marker read would show as zero ids in that run. Three starting states: a live pool with
+    /// unused ids, a pool that must refill, and the first draw of a new thread.
+    ///
+    /// Slow in a debug build (about 8,000 forks, 5 minutes); 6 s with `--release`.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore = "slow in debug builds: cargo test --release -p airlock-host --lib sys:: -- --ignored"]
+    fn every_fork_point_of_a_single_stepped_draw_leaves_the_child_its_own_ids() {
+        use crate::ids::{this_threads_page, CallIdRng};
+        use rand_core::RngCore;
+        use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
+        static STEP: AtomicUsize = AtomicUsize::new(0);
+        static FORK_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
+        static DONE: AtomicBool = AtomicBool::new(true);
+        static IN_CHILD: AtomicBool = AtomicBool::new(false);
+        static CHILD: AtomicI32 = AtomicI32::new(0);
+        const TF: i64 = 0x100;
+
+        extern "C" fn on_start(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+            // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
+            unsafe {
+                (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_EFL as usize] |= TF;
+            }
+        }
+        extern "C" fn on_trap(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+            // SAFETY: as above; the raw fork (clone with SIGCHLD) runs no atfork handler.
+            unsafe {
+                let flags = &mut (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs
+                    [libc::REG_EFL as usize];
+                if DONE.load(SeqCst) {
+                    *flags &= !TF;
+                    return;
+                }
+                if STEP.fetch_add(1, SeqCst) == FORK_AT.load(SeqCst) {
+                    *flags &= !TF;
+                    let pid =
+                        libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+                    if pid == 0 {
+                        IN_CHILD.store(true, SeqCst);
+                    } else {
+                        CHILD.store(pid as i32, SeqCst);
+                    }
+                }
+            }
+        }
+        // SAFETY: installs handlers for two signals nothing else in this test binary uses.
+        unsafe {
+            for (signal, handler) in [
+                (libc::SIGUSR1, on_start as *const () as usize),
+                (libc::SIGTRAP, on_trap as *const () as usize),
+            ] {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handler;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                assert_eq!(libc::sigaction(signal, &action, std::ptr::null_mut()), 0);
+            }
+        }
+
+        #[derive(PartialEq)]
+        enum Outcome {
+            NoFork,
+            Own,
+            SharedInFlight,
+            Broken(&'static str),
+        }
+        // One stepped draw on this thread, forking at step `fork_at`.
+        fn stepped_draw(fork_at: usize) -> Outcome {
+            let (mut report_in, report_out) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut rng = CallIdRng;
+            let mut in_flight = [0u8; 16];
+            STEP.store(0, SeqCst);
+            FORK_AT.store(fork_at, SeqCst);
+            CHILD.store(0, SeqCst);
+            DONE.store(false, SeqCst);
+            // SAFETY: the handler only sets the trap flag in the context it returns to.
+            unsafe { libc::raise(libc::SIGUSR1) };
+            rng.fill_bytes(&mut in_flight);
+            DONE.store(true, SeqCst);
+            if IN_CHILD.load(SeqCst) {
+                let mut ids = [[0u8; 16]; 4];
+                ids[0] = in_flight;
+                ids[1..].iter_mut().for_each(|id| rng.fill_bytes(id));
+                // SAFETY: writes a local array, then leaves without running the harness.
+                unsafe {
+                    libc::write(
+                        std::os::fd::AsRawFd::as_raw_fd(&report_out),
+                        ids.as_ptr().cast(),
+                        64,
+                    );
+                    libc::_exit(0);
+                }
+            }
+            let child = CHILD.load(SeqCst);
+            if child <= 0 {
+                return Outcome::NoFork;
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child forked above.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child: {status:#x}"
+            );
+            drop(report_out);
+            let mut ids = [[0u8; 16]; 4];
+            report_in
+                .read_exact(ids.as_flattened_mut())
+                .expect("the child's ids");
+            let mut parents = [[0u8; 16]; 4];
+            parents.iter_mut().for_each(|id| rng.fill_bytes(id));
+            if ids.contains(&[0u8; 16]) {
+                Outcome::Broken("an all-zero id")
+            } else if ids[1..]
+                .iter()
+                .any(|id| parents.contains(id) || *id == in_flight)
+            {
+                Outcome::Broken("a later id shared with the parent")
+            } else if ids[0] == in_flight {
+                Outcome::SharedInFlight
+            } else {
+                Outcome::Own
+            }
+        }
+        // Every fork point of `draw` (which sets its starting state); returns the failures.
+        fn every_fork_point(name: &str, draw: &dyn Fn(usize) -> Outcome) -> Vec<String> {
+            let (mut failures, mut shared) = (Vec::new(), Vec::new());
+            let mut n = 0;
+            loop {
+                match draw(n) {
+                    Outcome::NoFork => break,
+                    Outcome::Own => {}
+                    Outcome::SharedInFlight => shared.push(n),
+                    Outcome::Broken(what) => {
+                        failures.push(format!("{name}: fork at step {n}: {what}"))
+                    }
+                }
+                n += 1;
+            }
+            if shared
+                .first()
+                .is_some_and(|first| shared != (*first..n).collect::<Vec<_>>())
+            {
+                failures.push(format!(
+                    "{name}: in-flight id shared at steps {shared:?} of {n}"
+                ));
+            }
+            assert!(n > 50, "{name}: only {n} steps");
+            eprintln!(
+                "{name}: {n} fork points, in-flight id shared at the last {}",
+                shared.len()
+            );
+            failures
+        }
+
+        let page = this_threads_page();
+        // SAFETY: reads the count of this thread's own live page.
+        let count = || unsafe { ((page + 8) as *const u64).read_volatile() };
+        let live = |n| {
+            if count() < 32 {
+                CallIdRng.fill_bytes(&mut [0u8; 16]);
+            }
+            stepped_draw(n)
+        };
+        let refill = |n| {
+            while count() >= 16 {
+                CallIdRng.fill_bytes(&mut [0u8; 16]);
+            }
+            stepped_draw(n)
+        };
+        let first = |n| std::thread::scope(|s| s.spawn(move || stepped_draw(n)).join().unwrap());
+        let mut failures = every_fork_point("live", &live);
+        failures.extend(every_fork_point("refill", &refill));
+        failures.extend(every_fork_point("first draw of a thread", &first));
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
     /// A set-up step finds at fd 3 what the host had there, never the channel: a descriptor
     /// the set-up writes to can sit at 3 in the child, and a channel moved there first would
     /// take those writes. The worker then finds the channel at 3.
