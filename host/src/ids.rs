@@ -23,7 +23,7 @@ use rand_core::{CryptoRng, RngCore};
 use crate::sys::{WipeOnForkPage, WIPED_PAGE};
 
 /// The marker (the page's first 8 bytes, see [`WipeOnForkPage::split`]) of a page this
-/// process filled; zero in a page new or wiped by a fork. of a page this process filled.
+/// process filled; zero in a page new or wiped by a fork.
 const LIVE: u64 = 0x6169_726c_6f63_6b21;
 /// The 8 bytes after the marker: how many random bytes are still unused (little-endian).
 const COUNT: usize = 8;

@@ -1,5 +1,5 @@
-//! `cargo xtask test [--stress]`: the workspace tests, the Python worker SDK's own tests, then
-//! the proof that the codec builds without `std`.
+//! `cargo xtask test [--stress]`: the workspace tests, the call-id fork test in a release build,
+//! the Python worker SDK's own tests, then the proof that the codec builds without `std`.
 
 use crate::run::{self, cargo, Error, Result};
 
@@ -46,8 +46,27 @@ pub fn run(options: Options) -> Result {
         test.args(["--", "--include-ignored"]);
     }
     run::run(&mut test)?;
+    fork_points()?;
     python_sdk_tests()?;
     nostd_check()
+}
+
+/// The host's call-id pool forked at every instruction of a draw (`host/src/sys.rs`). It is
+/// `#[ignore]`d in the workspace run, where a debug build takes minutes; a release build takes
+/// seconds, and is the build whose instruction order the test must hold for.
+fn fork_points() -> Result {
+    run::run(&mut cargo([
+        "test",
+        "--release",
+        "--locked",
+        "-p",
+        "airlock-host",
+        "--lib",
+        "--",
+        "--ignored",
+        "--exact",
+        "sys::tests::every_fork_point_of_a_single_stepped_draw_leaves_the_child_its_own_ids",
+    ]))
 }
 
 /// The Python worker SDK's unit tests (`python/tests/`, standard library `unittest`), when a
