@@ -188,7 +188,7 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     };
     let mut builder = airlock_host::Host::builder(&options.worker).confinement(policy);
     if let Some(len) = body {
-        let max_frame = u32::try_from(len)?.saturating_add(4096);
+        let max_frame = len.saturating_add(4096);
         builder = builder.protocol(airlock_host::HostConfig::default().max_frame(max_frame)?);
     }
     let host = rt.block_on(builder.spawn())?;
