@@ -884,6 +884,17 @@ fn main() -> ExitCode {
             }
         }
         "never_read" => sleep_forever(),
+        "drip_read" => {
+            // Reads the host's frames a little at a time, forever: the host's writes always
+            // progress, never finish in time.
+            let mut chunk = [0u8; 4096];
+            loop {
+                if matches!(rogue.input.read(&mut chunk), Ok(0) | Err(_)) {
+                    sleep_forever();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         other => {
             let Some(call) = rogue.next_call() else {
                 return ExitCode::SUCCESS;
