@@ -18,6 +18,47 @@ pub struct SendProgress {
     pub written: usize,
     /// The send deadline, armed by the transport when the batch first had to wait.
     pub deadline: Option<core::pin::Pin<Box<dyn core::future::Future<Output = ()> + Send>>>,
+    /// How many pieces (heads and bodies, in order) are written whole, and their bytes: where
+    /// [`unwritten`](Self::unwritten) starts, so a batch written in many small writes is not
+    /// walked from its start each time.
+    whole: (usize, usize),
+}
+
+impl SendProgress {
+    /// Fills `slices` with the pieces of `batch` not yet written (empty ones left out), the
+    /// first cut where the last write stopped; returns how many it filled. `batch` must be the
+    /// batch this progress belongs to.
+    pub fn unwritten<'b>(
+        &mut self,
+        batch: &'b [Transmit],
+        slices: &mut [std::io::IoSlice<'b>],
+    ) -> usize {
+        let pieces = batch.iter().flat_map(|t| [&t.head[..], &t.body[..]]);
+        let (mut whole, mut whole_bytes) = self.whole;
+        // Bytes written into the pieces from `whole` on: all inside the first that is not whole.
+        let mut offset = self.written.saturating_sub(whole_bytes);
+        let mut count = 0;
+        for piece in pieces.skip(whole) {
+            if count == slices.len() {
+                break;
+            }
+            if count == 0 && offset >= piece.len() {
+                // Written whole (or empty) at the front: later calls start behind it.
+                offset -= piece.len();
+                whole += 1;
+                whole_bytes += piece.len();
+                continue;
+            }
+            let rest = piece.get(offset..).unwrap_or_default();
+            offset = 0;
+            if let (false, Some(slot)) = (rest.is_empty(), slices.get_mut(count)) {
+                *slot = std::io::IoSlice::new(rest);
+                count += 1;
+            }
+        }
+        self.whole = (whole, whole_bytes);
+        count
+    }
 }
 
 impl core::fmt::Debug for SendProgress {
@@ -25,6 +66,7 @@ impl core::fmt::Debug for SendProgress {
         f.debug_struct("SendProgress")
             .field("written", &self.written)
             .field("waiting", &self.deadline.is_some())
+            .field("whole_pieces", &self.whole.0)
             .finish()
     }
 }

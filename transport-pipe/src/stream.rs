@@ -115,39 +115,6 @@ fn io_error(err: std::io::Error) -> TransportError {
 /// Slices gathered on the stack for one vectored write; a larger batch is written in turns.
 const SLICES_PER_WRITE: usize = 64;
 
-/// The pieces of `batch` not yet written when `written` bytes are: up to
-/// [`SLICES_PER_WRITE`] non-empty heads and bodies, the first cut where the last write stopped.
-/// Returns how many slots of `slices` it filled.
-fn unwritten<'b>(
-    batch: &'b [Transmit],
-    mut written: usize,
-    slices: &mut [IoSlice<'b>; SLICES_PER_WRITE],
-) -> usize {
-    let pieces = batch.iter().flat_map(|t| [&t.head[..], &t.body[..]]);
-    let mut count = 0;
-    for piece in pieces {
-        if count == SLICES_PER_WRITE {
-            break;
-        }
-        // Whole pieces written already are skipped; the one the last write stopped in is cut.
-        let rest = match piece.get(written..) {
-            Some(rest) => {
-                written = 0;
-                rest
-            }
-            None => {
-                written -= piece.len();
-                continue;
-            }
-        };
-        if let (false, Some(slot)) = (rest.is_empty(), slices.get_mut(count)) {
-            *slot = IoSlice::new(rest);
-            count += 1;
-        }
-    }
-    count
-}
-
 #[async_trait]
 impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
     fn poll_send(
@@ -163,7 +130,7 @@ impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
         loop {
             let step = if progress.written < total {
                 let mut slices = [IoSlice::new(&[]); SLICES_PER_WRITE];
-                let count = unwritten(batch, progress.written, &mut slices);
+                let count = progress.unwritten(batch, &mut slices);
                 let slices = slices.get(..count).unwrap_or_default();
                 match Pin::new(&mut *writer).poll_write_vectored(cx, slices) {
                     Poll::Ready(Ok(0)) => Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),

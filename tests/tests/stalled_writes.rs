@@ -1,7 +1,7 @@
-//! Review of the poll-based transport: a worker that stops reading, or reads a drip at a time,
-//! must be cut off at the send deadline on every write path (the caller's direct write under
-//! the default confinement, the writer task, the blocking API), and the calls behind the stuck
-//! write must learn it then, not at their own deadlines.
+//! A worker that stops reading, or reads a drip at a time, is cut off at the send deadline on
+//! every write path (the caller's direct write under the default confinement, the writer task,
+//! the blocking API), and the calls behind the stuck write learn it then, not at their own
+//! deadlines.
 
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,7 @@ fn builder(
 }
 
 async fn big_call_is_cut_off(scenario: &str, confined: bool, transport: TransportChoice) {
-    let dir = ScratchDir::new("review-transport");
+    let dir = ScratchDir::new("stalled-writes");
     let host = builder(&dir, scenario, confined, transport)
         .spawn()
         .await
@@ -112,7 +112,7 @@ async fn direct_write_never_read_pipe_current_thread() {
 
 /// The blocking API: callers on threads with no runtime of their own.
 fn blocking_cut_off(scenario: &str, confined: bool) {
-    let dir = ScratchDir::new("review-transport-blocking");
+    let dir = ScratchDir::new("stalled-writes-blocking");
     let host = blocking::Host::spawn(builder(&dir, scenario, confined, TransportChoice::Pipe))
         .expect("the rogue completes its handshake");
     let started = Instant::now();
@@ -151,7 +151,7 @@ fn blocking_direct_write_drip_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_a_stuck_direct_write_is_bounded_by_the_grace() {
     for confined in [true, false] {
-        let dir = ScratchDir::new("review-transport-shutdown");
+        let dir = ScratchDir::new("stalled-writes-shutdown");
         let host = builder(&dir, "never_read", confined, TransportChoice::Pipe)
             .send_timeout(Duration::from_secs(60))
             .shutdown_grace(Duration::from_millis(200))
@@ -188,7 +188,7 @@ async fn shutdown_with_a_stuck_direct_write_is_bounded_by_the_grace() {
 /// writer task finishes the write under the send deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_write_begun_on_a_foreign_runtime_that_ended() {
-    let dir = ScratchDir::new("review-transport-foreign");
+    let dir = ScratchDir::new("stalled-writes-foreign");
     let host = builder(&dir, "never_read", true, TransportChoice::Pipe)
         .spawn()
         .await
@@ -233,7 +233,7 @@ async fn direct_write_begun_on_a_foreign_runtime_that_ended() {
 /// writes (confined) and through the writer task, every frame must reach the honest worker
 /// whole and in order (no violation, no restart) and every echo must be exact.
 async fn stress(confined: bool, transport: TransportChoice) {
-    let dir = ScratchDir::new("review-transport-stress");
+    let dir = ScratchDir::new("stalled-writes-stress");
     let base = if confined {
         Host::builder(airlock_tests::e2e::worker_bin())
             .confinement(airlock_host::Confinement::strict().read_write(&*dir))
