@@ -41,8 +41,9 @@ use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
 
 use crate::ids::CallIdRng;
+use crate::reply::Replier;
 use crate::response::ResponseDecoding;
-use crate::supervisor::{CallReply, CallRequest, Decode};
+use crate::supervisor::CallRequest;
 use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::{CallError, LostReason};
 
@@ -268,8 +269,7 @@ pub(crate) struct Returned {
     body: Bytes,
     /// The call's method, for the warning a refused response is logged with.
     method: std::borrow::Cow<'static, str>,
-    decode: Decode,
-    reply: oneshot::Sender<CallReply>,
+    reply: Replier,
 }
 
 impl Core {
@@ -346,8 +346,7 @@ impl Core {
 struct Responder {
     method: std::borrow::Cow<'static, str>,
     key: u64,
-    decode: Decode,
-    reply: oneshot::Sender<CallReply>,
+    reply: Replier,
     /// A streaming call's update channel.
     updates: Option<Updates>,
 }
@@ -359,9 +358,9 @@ pub(crate) struct Link {
     pub(crate) keys: HashMap<u64, CallId, BuildIdHasher>,
     /// Calls lost when the session closed, answered once the worker is reaped, so a caller
     /// that sees `WorkerLost` knows the worker is already dead.
-    pub(crate) lost: Vec<oneshot::Sender<CallReply>>,
+    pub(crate) lost: Vec<Replier>,
     /// Calls that timed out in the turn being settled.
-    timed_out: Vec<oneshot::Sender<CallReply>>,
+    timed_out: Vec<Replier>,
 }
 
 impl Link {
@@ -381,7 +380,6 @@ impl Link {
                 let responder = Responder {
                     method,
                     key: call.key,
-                    decode: call.decode,
                     reply: call.reply,
                     updates: call.updates,
                 };
@@ -411,18 +409,14 @@ impl Link {
 
     fn answer_timed_out(&mut self) {
         for reply in self.timed_out.drain(..) {
-            let _ = reply.send(CallReply::Failed(CallError::Timeout));
+            reply.fail(CallError::Timeout);
         }
     }
 
     /// Answers a completed call, except a response, which is handed back to be decoded.
     fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
         let Responder {
-            method,
-            key,
-            decode,
-            reply,
-            ..
+            method, key, reply, ..
         } = self.responders.remove(&id)?;
         self.keys.remove(&key);
         let answer = match outcome {
@@ -430,11 +424,10 @@ impl Link {
                 return Some(Returned {
                     body,
                     method,
-                    decode,
                     reply,
                 })
             }
-            Outcome::Failed(err) => CallReply::Failed(CallError::Remote(err)),
+            Outcome::Failed(err) => CallError::Remote(err),
             // Answered when the turn is settled: at once if the worker lives on (it was sent
             // `Cancel` and has the cancel grace to finish), after the reap if the session
             // closed in the same turn (no grace), so a caller that sees `Timeout` then knows
@@ -443,14 +436,14 @@ impl Link {
                 self.timed_out.push(reply);
                 return None;
             }
-            Outcome::Cancelled => CallReply::Failed(CallError::Cancelled),
+            Outcome::Cancelled => CallError::Cancelled,
             Outcome::Lost(_) => {
                 self.lost.push(reply);
                 return None;
             }
-            _ => CallReply::Failed(CallError::WorkerLost(LostReason::TransportFailed)),
+            _ => CallError::WorkerLost(LostReason::TransportFailed),
         };
-        let _ = reply.send(answer);
+        reply.fail(answer);
         None
     }
 
@@ -459,7 +452,7 @@ impl Link {
         self.answer_timed_out();
         let remaining = self.responders.drain().map(|(_, r)| r.reply);
         for reply in self.lost.drain(..).chain(remaining) {
-            let _ = reply.send(CallReply::Failed(CallError::WorkerLost(reason.clone())));
+            reply.fail(CallError::WorkerLost(reason.clone()));
         }
         self.keys.clear();
     }
@@ -469,14 +462,14 @@ impl Link {
         let remaining = self.responders.drain().map(|(_, r)| r.reply);
         let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
         for reply in replies.chain(remaining) {
-            let _ = reply.send(CallReply::Failed(err.clone()));
+            reply.fail(err.clone());
         }
         self.keys.clear();
     }
 }
 
-pub(crate) fn fail(reply: oneshot::Sender<CallReply>, err: CallError) {
-    let _ = reply.send(CallReply::Failed(err));
+pub(crate) fn fail(reply: Replier, err: CallError) {
+    reply.fail(err);
 }
 
 /// Decodes and delivers what the reader's turn returned, outside the lock. A response that
@@ -495,29 +488,36 @@ fn deliver(
     };
     // A refusal is logged, with the budget and the method, before the worker is cut off.
     let decode = |returned: Returned| {
-        let value = (returned.decode)(&returned.body, limits);
-        if let Err(err) = &value {
+        let decoded = returned.reply.returned(&returned.body, limits);
+        if let Err((_, err)) = &decoded {
             limits.refused(&returned.method, err);
         }
-        (returned.reply, value)
+        decoded
     };
     if more.is_empty() {
         // The common case, without collecting: decode, cut a liar off, then answer.
-        let (reply, value) = decode(first);
-        let lied = value.is_err();
-        if lied {
-            cut_off_liar(live, generation);
-        }
-        answer_decoded(reply, value);
-        return lied;
+        return match decode(first) {
+            Ok(decoded) => {
+                decoded.publish();
+                false
+            }
+            Err((reply, err)) => {
+                cut_off_liar(live, generation);
+                reply.fail(CallError::Decode(err));
+                true
+            }
+        };
     }
     let decoded: Vec<_> = std::iter::once(first).chain(more).map(decode).collect();
-    let lied = decoded.iter().any(|(_, value)| value.is_err());
+    let lied = decoded.iter().any(Result::is_err);
     if lied {
         cut_off_liar(live, generation);
     }
-    for (reply, value) in decoded {
-        answer_decoded(reply, value);
+    for outcome in decoded {
+        match outcome {
+            Ok(decoded) => decoded.publish(),
+            Err((reply, err)) => reply.fail(CallError::Decode(err)),
+        }
     }
     lied
 }
@@ -565,16 +565,6 @@ fn cut_off_liar(live: &Live, generation: u64) {
         core.settle()
     };
     settled.finish(live, Party::Reader, None);
-}
-
-fn answer_decoded(
-    reply: oneshot::Sender<CallReply>,
-    value: Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>,
-) {
-    let _ = reply.send(match value {
-        Ok(value) => CallReply::Returned(value),
-        Err(err) => CallReply::Failed(CallError::Decode(err)),
-    });
 }
 
 /// The reader task: hands each frame to the session under the lock, deadlines first, and

@@ -93,7 +93,6 @@ impl InProcess {
 fn decode_value(
     body: &[u8],
     decoding: &crate::response::ResponseDecoding,
-) -> Result<Box<dyn std::any::Any + Send>, DecodeError> {
+) -> Result<Value, DecodeError> {
     Value::from_slice(body, &decoding.limits)
-        .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
 }

@@ -16,9 +16,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
+use crate::reply::{Cells, DecodeInto, Reply};
 use crate::response::ResponseDecoding;
 use crate::stats::{Counters, HostStats};
-use crate::supervisor::{CallReply, CallRequest, Command, Decode, Supervisor, Updates};
+use crate::supervisor::{CallRequest, Command, Supervisor, Updates};
 use crate::{CallError, SpawnError};
 
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
@@ -210,6 +211,8 @@ struct Shared {
     worker: WorkerInfo,
     /// The worker's name in logs ([`HostBuilder::label`]).
     label: String,
+    /// Where calls' outcomes wait for their callers, recycled.
+    cells: Arc<Cells>,
 }
 
 impl Host {
@@ -265,6 +268,7 @@ impl Host {
                 call_timeout: settings.call_timeout,
                 worker,
                 label: settings.label.clone(),
+                cells: Arc::default(),
             }),
         })
     }
@@ -320,30 +324,28 @@ impl Host {
     /// The path of every call, typed or named at run time (`Host::call_value`): `method` is a
     /// valid method name, `body` the encoded request (or why it did not encode), and `decode`
     /// turns the worker's answer into a `T`.
-    pub(crate) async fn call_named<T: 'static>(
+    pub(crate) async fn call_named<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
-        decode: Decode,
+        decode: DecodeInto<T>,
         deadline: Instant,
     ) -> Result<T, CallError> {
-        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
-        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
         self.begin_call(method, body, decode, deadline, None)
-            .finish::<T>()
+            .finish()
             .await
     }
 
     /// Begins a call (counted in flight from here; dropping the returned handle cancels it).
     /// `updates` is a streaming call's update channel.
-    pub(crate) fn begin_call(
+    pub(crate) fn begin_call<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
-        decode: Decode,
+        decode: DecodeInto<T>,
         deadline: Instant,
         updates: Option<Updates>,
-    ) -> Begun<'_> {
+    ) -> Begun<'_, T> {
         // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
         // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
         let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
@@ -357,24 +359,23 @@ impl Host {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn send_call(
+    fn send_call<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
-        decode: Decode,
+        decode: DecodeInto<T>,
         deadline: Instant,
         updates: Option<Updates>,
         key: u64,
         guard: &mut InFlight<'_>,
-    ) -> Result<oneshot::Receiver<CallReply>, CallError> {
+    ) -> Result<Reply<T>, CallError> {
         let body = body?;
-        let (reply, answer) = oneshot::channel();
+        let (answer, reply) = self.shared.cells.pair(decode);
         let call = CallRequest {
             key,
             method,
             body: body.into(),
             deadline,
-            decode,
             reply,
             updates,
         };
@@ -449,31 +450,24 @@ impl Host {
 
 /// A call on its way: its answer, and the guard that counts it in flight and cancels it if
 /// this is dropped first.
-pub(crate) struct Begun<'a> {
+pub(crate) struct Begun<'a, T: Send + 'static> {
     guard: InFlight<'a>,
-    answer: Result<oneshot::Receiver<CallReply>, CallError>,
+    answer: Result<Reply<T>, CallError>,
 }
 
-impl Begun<'_> {
+impl<T: Send + 'static> Begun<'_, T> {
     /// Waits for the call's one outcome and counts it.
-    pub(crate) async fn finish<T: 'static>(mut self) -> Result<T, CallError> {
+    pub(crate) async fn finish(mut self) -> Result<T, CallError> {
         let result = match std::mem::replace(&mut self.answer, Err(CallError::Shutdown)) {
             Ok(answer) => {
                 // The supervisor enforces the deadline (and kills the worker when it passes).
-                // Every reply sender is answered or dropped when its worker ends or the
-                // supervisor stops driving it, so this wait is bounded without a timer of its
-                // own.
-                let reply = answer.await;
+                // Every replier is answered, or answers `Shutdown` when dropped, when its
+                // worker ends or the supervisor stops driving it, so this wait is bounded
+                // without a timer of its own. The response was decoded where its frame was
+                // accepted, with this call's decoder.
+                let outcome = answer.await;
                 self.guard.registered = false;
-                match reply {
-                    // Decoded where the frame was accepted, with this method's decoder.
-                    Ok(CallReply::Returned(value)) => value
-                        .downcast::<T>()
-                        .map(|v| *v)
-                        .map_err(|_| CallError::WorkerLost(crate::LostReason::UndecodableResponse)),
-                    Ok(CallReply::Failed(err)) => Err(err),
-                    Err(_) => Err(CallError::Shutdown),
-                }
+                outcome
             }
             Err(err) => Err(err),
         };
@@ -592,16 +586,27 @@ fn stdout_is_the_channel(transport: TransportChoice) -> bool {
     }
 }
 
-/// The decoder for a response (or a streaming update) of type `T`, run where the worker's
-/// frame is accepted: the non-executing, budgeted codec, boxed for the caller. The caller of the
-/// decoder logs a refusal (with the method) before the worker is cut off.
+/// The decoder for a response of type `T`, run where the worker's frame is accepted: the
+/// non-executing, budgeted codec. The caller of the decoder logs a refusal (with the method)
+/// before the worker is cut off.
 pub(crate) fn decode_response<T>(
+    body: &[u8],
+    decoding: &ResponseDecoding,
+) -> Result<T, airlock_codec::DecodeError>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    airlock_codec::from_slice::<T>(body, &decoding.limits)
+}
+
+/// [`decode_response`], boxed for a streaming call's updates, which share one channel type.
+pub(crate) fn decode_update<T>(
     body: &[u8],
     decoding: &ResponseDecoding,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    airlock_codec::from_slice::<T>(body, &decoding.limits)
+    decode_response::<T>(body, decoding)
         .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
 }

@@ -89,6 +89,7 @@ mod in_process;
 mod info;
 mod launch;
 mod pool;
+mod reply;
 mod response;
 mod spawn;
 mod spawner;

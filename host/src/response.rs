@@ -23,6 +23,15 @@ impl ResponseDecoding {
         }
     }
 
+    /// Default budgets, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            limits: Limits::default(),
+            label: "test".into(),
+        }
+    }
+
     /// Logs, at WARN on target `airlock::host`, that the response to `method` was refused and
     /// why: the budget, its value and the setting, when it was over one. Called where the
     /// response is decoded, before the worker is cut off and killed, so the log says why the

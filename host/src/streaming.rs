@@ -7,7 +7,7 @@ use std::time::Instant;
 use airlock_protocol::Streaming;
 use tokio::sync::mpsc;
 
-use crate::host::{decode_response, Begun};
+use crate::host::{decode_response, decode_update, Begun};
 use crate::updates::{Delivered, Updates};
 use crate::{CallError, Host, InProcess, Pool};
 
@@ -34,7 +34,7 @@ use crate::{CallError, Host, InProcess, Pool};
 /// ```
 #[must_use = "a streaming call is cancelled when dropped"]
 pub struct CallStream<'a, M: Streaming> {
-    begun: Begun<'a>,
+    begun: Begun<'a, M::Response>,
     updates: Option<mpsc::UnboundedReceiver<Delivered>>,
     _method: PhantomData<fn() -> M>,
 }
@@ -73,7 +73,7 @@ impl<M: Streaming> CallStream<'_, M> {
     pub async fn result(mut self) -> Result<M::Response, CallError> {
         // Closed first: the reader never waits for a caller that has stopped listening.
         drop(self.updates.take());
-        self.begun.finish::<M::Response>().await
+        self.begun.finish().await
     }
 }
 
@@ -99,7 +99,7 @@ impl Host {
         };
         let (sender, receiver) = mpsc::unbounded_channel();
         let updates = Updates {
-            decode: decode_response::<M::Progress>,
+            decode: decode_update::<M::Progress>,
             sender,
         };
         let body = airlock_codec::to_vec(request).map_err(CallError::Encode);

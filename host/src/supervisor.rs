@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
+use crate::reply::Replier;
 pub(crate) use crate::updates::Updates;
 
 use crate::config::Settings;
@@ -53,26 +54,18 @@ pub(crate) struct CallRequest {
     pub(crate) method: Cow<'static, str>,
     pub(crate) body: Bytes,
     pub(crate) deadline: Instant,
-    /// Decodes the method's response; run where the worker's `Return` is accepted.
-    pub(crate) decode: Decode,
-    pub(crate) reply: oneshot::Sender<CallReply>,
+    /// Where the call's outcome goes; it decodes the method's response where the worker's
+    /// `Return` is accepted.
+    pub(crate) reply: Replier,
     /// A streaming call's update channel (`Host::call_streaming`); `None` drops updates.
     pub(crate) updates: Option<Updates>,
 }
 
-/// Decodes a response body into the method's response type, boxed for the caller.
+/// Decodes a streaming call's update into its type, boxed for the update channel.
 pub(crate) type Decode = fn(
     &[u8],
     &crate::response::ResponseDecoding,
 ) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>;
-
-/// What the supervisor answers a call with.
-pub(crate) enum CallReply {
-    /// The worker's response, decoded (to the method's response type) where it was accepted.
-    Returned(Box<dyn std::any::Any + Send>),
-    /// Any failure.
-    Failed(CallError),
-}
 
 pub(crate) enum Command {
     Call(CallRequest),

@@ -1,0 +1,420 @@
+//! One call's outcome, from the connection to its caller, without an allocation per call.
+//!
+//! The caller waits on a [`Reply`]; the connection holds the matching [`Replier`]. Both point at
+//! one [`Cell`] that holds the outcome as the method's own response type: the reader decodes
+//! a `Return` straight into it (no box to carry a type-erased value), and the caller takes it
+//! out. Cells are recycled per response type through the host's [`Cells`]: a cell goes back when
+//! its caller has taken the outcome and the connection has let go of it, so a host making
+//! sequential calls allocates none after its first.
+//!
+//! Rules: an outcome is delivered at most once (the `Replier` is consumed by it); a `Replier`
+//! dropped without one answers [`CallError::Shutdown`], so no caller waits on a connection that
+//! is gone; a cell is reused only when nothing but the free list refers to it.
+
+use std::any::{Any, TypeId};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use airlock_codec::DecodeError;
+
+use crate::response::ResponseDecoding;
+use crate::CallError;
+
+/// Decodes a response body into `T` within the host's budgets.
+pub(crate) type DecodeInto<T> = fn(&[u8], &ResponseDecoding) -> Result<T, DecodeError>;
+
+/// Most recycled cells kept per response type: enough for the calls a host keeps in flight
+/// at once in practice; beyond it, cells are freed.
+const KEPT_PER_TYPE: usize = 64;
+
+/// Where one call's outcome waits for its caller.
+pub(crate) struct Cell<T> {
+    inner: Mutex<Inner<T>>,
+}
+
+struct Inner<T> {
+    state: State<T>,
+    /// How this call's response decodes (one type can decode two ways: typed, or as a
+    /// dynamic `Value`); set again each time the cell is reused.
+    decode: DecodeInto<T>,
+}
+
+enum State<T> {
+    /// No outcome yet; the caller's waker, once it has polled.
+    Waiting(Option<Waker>),
+    /// The response, decoded but not yet given to the caller (see [`Decoded`]); the caller
+    /// waits on as in `Waiting`.
+    Held(T, Option<Waker>),
+    /// The outcome, not yet taken.
+    Ready(Result<T, CallError>),
+    /// Taken by the caller (or never to be: the caller is gone).
+    Taken,
+}
+
+impl<T> Cell<T> {
+    fn new(decode: DecodeInto<T>) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                state: State::Waiting(None),
+                decode,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stores `outcome` (over a response still held back) and wakes the caller. A second
+    /// outcome, or one for a caller that is gone, is dropped.
+    fn set(&self, outcome: Result<T, CallError>) {
+        let waker = {
+            let mut inner = self.lock();
+            match std::mem::replace(&mut inner.state, State::Taken) {
+                State::Waiting(waker) | State::Held(_, waker) => {
+                    inner.state = State::Ready(outcome);
+                    waker
+                }
+                earlier => {
+                    inner.state = earlier;
+                    None
+                }
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The connection's side of a cell, type-erased.
+trait Deliver: Send + Sync {
+    /// Decodes `body` into the cell, held back from the caller until
+    /// [`publish`](Self::publish); on a decode error stores nothing.
+    fn decode(&self, body: &[u8], limits: &ResponseDecoding) -> Result<(), DecodeError>;
+    /// Gives a held response to the caller and wakes it.
+    fn publish(&self);
+    /// Stores the failure and wakes the caller.
+    fn fail(&self, err: CallError);
+}
+
+impl<T: Send + 'static> Deliver for Cell<T> {
+    fn decode(&self, body: &[u8], limits: &ResponseDecoding) -> Result<(), DecodeError> {
+        // Decoded outside the lock: the caller may poll meanwhile.
+        let decode = self.lock().decode;
+        let value = decode(body, limits)?;
+        let mut inner = self.lock();
+        if let State::Waiting(waker) = std::mem::replace(&mut inner.state, State::Taken) {
+            inner.state = State::Held(value, waker);
+        }
+        Ok(())
+    }
+
+    fn publish(&self) {
+        let waker = {
+            let mut inner = self.lock();
+            match std::mem::replace(&mut inner.state, State::Taken) {
+                State::Held(value, waker) => {
+                    inner.state = State::Ready(Ok(value));
+                    waker
+                }
+                other => {
+                    inner.state = other;
+                    None
+                }
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn fail(&self, err: CallError) {
+        self.set(Err(err));
+    }
+}
+
+/// Where the connection sends a call's outcome: exactly once, or [`CallError::Shutdown`] when
+/// dropped without one.
+pub(crate) struct Replier(Option<Arc<dyn Deliver>>);
+
+impl Replier {
+    /// Decodes a `Return`'s body into the call's response type, held back from the caller
+    /// until [`Decoded::publish`] (so that when one of several responses read together is a
+    /// lie, the worker is cut off before any of their callers hears back). A body that does
+    /// not decode is given back with its error: the caller is answered by
+    /// [`fail`](Self::fail), after the worker that lied is cut off.
+    pub(crate) fn returned(
+        self,
+        body: &[u8],
+        limits: &ResponseDecoding,
+    ) -> Result<Decoded, (Self, DecodeError)> {
+        let Some(cell) = self.0.as_ref() else {
+            return Ok(Decoded(self));
+        };
+        match cell.decode(body, limits) {
+            Ok(()) => Ok(Decoded(self)),
+            Err(err) => Err((self, err)),
+        }
+    }
+
+    /// Answers the caller with `err`.
+    pub(crate) fn fail(mut self, err: CallError) {
+        if let Some(cell) = self.0.take() {
+            cell.fail(err);
+        }
+    }
+}
+
+/// A decoded response not yet given to its caller. Dropped unpublished, the caller gets
+/// [`CallError::Shutdown`], as from a dropped [`Replier`].
+pub(crate) struct Decoded(Replier);
+
+impl Decoded {
+    /// Gives the response to its caller.
+    pub(crate) fn publish(mut self) {
+        if let Some(cell) = self.0 .0.take() {
+            cell.publish();
+        }
+    }
+}
+
+impl Drop for Replier {
+    fn drop(&mut self) {
+        if let Some(cell) = self.0.take() {
+            cell.fail(CallError::Shutdown);
+        }
+    }
+}
+
+/// The caller's side: resolves to the call's outcome, and gives its cell back to `cells` once
+/// the connection has let go of it.
+pub(crate) struct Reply<T: Send + 'static> {
+    cell: Option<Arc<Cell<T>>>,
+    cells: Arc<Cells>,
+}
+
+impl<T: Send + 'static> Future for Reply<T> {
+    type Output = Result<T, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(cell) = self.cell.as_ref() else {
+            return Poll::Ready(Err(CallError::Shutdown));
+        };
+        let outcome = {
+            let mut inner = cell.lock();
+            match std::mem::replace(&mut inner.state, State::Taken) {
+                State::Ready(outcome) => outcome,
+                State::Waiting(waker) => {
+                    inner.state = State::Waiting(Some(renewed(waker, cx)));
+                    return Poll::Pending;
+                }
+                State::Held(value, waker) => {
+                    inner.state = State::Held(value, Some(renewed(waker, cx)));
+                    return Poll::Pending;
+                }
+                State::Taken => Err(CallError::Shutdown),
+            }
+        };
+        if let Some(cell) = self.cell.take() {
+            self.cells.put_back(cell);
+        }
+        Poll::Ready(outcome)
+    }
+}
+
+/// The waker to keep: the one stored, if it wakes the same task as this poll's.
+fn renewed(stored: Option<Waker>, cx: &Context<'_>) -> Waker {
+    match stored {
+        Some(waker) if waker.will_wake(cx.waker()) => waker,
+        _ => cx.waker().clone(),
+    }
+}
+
+impl<T: Send + 'static> Drop for Reply<T> {
+    fn drop(&mut self) {
+        if let Some(cell) = self.cell.take() {
+            // The caller is gone: an outcome that still comes is dropped with the cell.
+            cell.lock().state = State::Taken;
+        }
+    }
+}
+
+/// A host's cells not in use, per response type.
+#[derive(Default)]
+pub(crate) struct Cells {
+    free: Mutex<Vec<FreeCells>>,
+}
+
+/// The free cells of one `Cell<T>` type, each a type-erased `Arc<Cell<T>>`.
+type FreeCells = (TypeId, Vec<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for Cells {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept: usize = self.lock().iter().map(|(_, cells)| cells.len()).sum();
+        f.debug_struct("Cells").field("kept", &kept).finish()
+    }
+}
+
+impl Cells {
+    /// A reply and its replier for a call whose response decodes with `decode`.
+    pub(crate) fn pair<T: Send + 'static>(
+        self: &Arc<Self>,
+        decode: DecodeInto<T>,
+    ) -> (Reply<T>, Replier) {
+        let cell = self
+            .take(decode)
+            .unwrap_or_else(|| Arc::new(Cell::new(decode)));
+        let replier = Replier(Some(Arc::clone(&cell) as Arc<dyn Deliver>));
+        let reply = Reply {
+            cell: Some(cell),
+            cells: Arc::clone(self),
+        };
+        (reply, replier)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<FreeCells>> {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A free cell of `T`, reset to wait for a new outcome decoded with `decode`.
+    fn take<T: Send + 'static>(&self, decode: DecodeInto<T>) -> Option<Arc<Cell<T>>> {
+        let cell = {
+            let mut free = self.lock();
+            let (_, cells) = free
+                .iter_mut()
+                .find(|(ty, _)| *ty == TypeId::of::<Cell<T>>())?;
+            cells.pop()?
+        };
+        // Nothing else holds it: it was put back only when its caller's was its one
+        // reference, and only this takes it out of the list.
+        let cell = Arc::downcast::<Cell<T>>(cell).ok()?;
+        *cell.lock() = Inner {
+            state: State::Waiting(None),
+            decode,
+        };
+        Some(cell)
+    }
+
+    /// Keeps `cell` for a later call of the same type if nothing else refers to it (the
+    /// connection has dropped its replier), else lets it go.
+    fn put_back<T: Send + 'static>(&self, cell: Arc<Cell<T>>) {
+        if Arc::strong_count(&cell) != 1 {
+            return;
+        }
+        let mut free = self.lock();
+        let ty = TypeId::of::<Cell<T>>();
+        let at = match free.iter().position(|(kept, _)| *kept == ty) {
+            Some(at) => at,
+            None => {
+                free.push((ty, Vec::new()));
+                free.len() - 1
+            }
+        };
+        if let Some((_, cells)) = free.get_mut(at) {
+            if cells.len() < KEPT_PER_TYPE {
+                cells.push(cell);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_held_response_reaches_its_caller_only_when_published() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let mut reply = Box::pin(reply);
+        let Ok(decoded) = replier.returned(&[5], &limits()) else {
+            panic!("a good body was refused");
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            reply.as_mut().poll(&mut cx).is_pending(),
+            "seen before it was published"
+        );
+        decoded.publish();
+        assert_eq!(reply.await, Ok(5));
+    }
+
+    #[tokio::test]
+    async fn a_held_response_dropped_unpublished_answers_shutdown() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let decoded = replier.returned(&[5], &limits());
+        drop(decoded);
+        assert_eq!(reply.await, Err(CallError::Shutdown));
+    }
+
+    fn decode_u8(body: &[u8], _: &ResponseDecoding) -> Result<u8, DecodeError> {
+        body.first().copied().ok_or(DecodeError::UnexpectedEnd {
+            needed: 1,
+            remaining: 0,
+        })
+    }
+
+    fn limits() -> ResponseDecoding {
+        ResponseDecoding::for_tests()
+    }
+
+    #[tokio::test]
+    async fn an_outcome_reaches_its_caller_once_and_the_cell_is_reused() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let first = Arc::as_ptr(reply.cell.as_ref().unwrap());
+        let Ok(decoded) = replier.returned(&[7], &limits()) else {
+            panic!("a good body was refused");
+        };
+        decoded.publish();
+        assert_eq!(reply.await, Ok(7));
+        let (reply, replier) = cells.pair(decode_u8);
+        assert_eq!(
+            Arc::as_ptr(reply.cell.as_ref().unwrap()),
+            first,
+            "not reused"
+        );
+        replier.fail(CallError::Timeout);
+        assert_eq!(reply.await, Err(CallError::Timeout));
+    }
+
+    #[tokio::test]
+    async fn a_replier_dropped_without_an_outcome_answers_shutdown() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let waiting = tokio::spawn(reply);
+        tokio::task::yield_now().await;
+        drop(replier);
+        assert_eq!(waiting.await.unwrap(), Err(CallError::Shutdown));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_decode_is_given_back_to_answer_after_the_cut_off() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let Err((replier, err)) = replier.returned(&[], &limits()) else {
+            panic!("an empty body decoded");
+        };
+        replier.fail(CallError::Decode(err.clone()));
+        assert_eq!(reply.await, Err(CallError::Decode(err)));
+    }
+
+    #[tokio::test]
+    async fn a_cell_still_held_by_its_replier_is_not_reused() {
+        let cells = Arc::new(Cells::default());
+        let (reply, replier) = cells.pair(decode_u8);
+        let first = Arc::as_ptr(reply.cell.as_ref().unwrap());
+        // The caller gives up; the connection still holds the replier.
+        drop(reply);
+        let (next, _next_replier) = cells.pair(decode_u8);
+        assert_ne!(Arc::as_ptr(next.cell.as_ref().unwrap()), first);
+        // The late outcome goes nowhere, and nothing waits on it.
+        if let Ok(decoded) = replier.returned(&[1], &limits()) {
+            decoded.publish();
+        }
+    }
+}
