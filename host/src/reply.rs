@@ -70,16 +70,22 @@ impl<T> Cell<T> {
     /// Stores `outcome` (over a response still held back) and wakes the caller. A second
     /// outcome, or one for a caller that is gone, is dropped.
     fn set(&self, outcome: Result<T, CallError>) {
-        let waker = {
+        // What is displaced (a held response) is dropped after the lock is released: a
+        // value's `Drop` never runs under it.
+        let (waker, _displaced) = {
             let mut inner = self.lock();
             match std::mem::replace(&mut inner.state, State::Taken) {
-                State::Waiting(waker) | State::Held(_, waker) => {
+                State::Waiting(waker) => {
                     inner.state = State::Ready(outcome);
-                    waker
+                    (waker, None)
+                }
+                State::Held(held, waker) => {
+                    inner.state = State::Ready(outcome);
+                    (waker, Some(held))
                 }
                 earlier => {
                     inner.state = earlier;
-                    None
+                    (None, None)
                 }
             }
         };
@@ -106,8 +112,14 @@ impl<T: Send + 'static> Deliver for Cell<T> {
         let decode = self.lock().decode;
         let value = decode(body, limits)?;
         let mut inner = self.lock();
-        if let State::Waiting(waker) = std::mem::replace(&mut inner.state, State::Taken) {
-            inner.state = State::Held(value, waker);
+        match std::mem::replace(&mut inner.state, State::Taken) {
+            State::Waiting(waker) => inner.state = State::Held(value, waker),
+            // The caller is gone (or has an outcome): the value is not wanted.
+            earlier => {
+                inner.state = earlier;
+                drop(inner);
+                drop(value);
+            }
         }
         Ok(())
     }
@@ -236,8 +248,9 @@ fn renewed(stored: Option<Waker>, cx: &Context<'_>) -> Waker {
 impl<T: Send + 'static> Drop for Reply<T> {
     fn drop(&mut self) {
         if let Some(cell) = self.cell.take() {
-            // The caller is gone: an outcome that still comes is dropped with the cell.
-            cell.lock().state = State::Taken;
+            // The caller is gone: an outcome that still comes is dropped with the cell. One
+            // already here is dropped after the lock is released.
+            let _outcome = std::mem::replace(&mut cell.lock().state, State::Taken);
         }
     }
 }
