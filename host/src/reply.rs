@@ -67,9 +67,11 @@ impl<T> Cell<T> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stores `outcome` (over a response still held back) and wakes the caller. A second
-    /// outcome, or one for a caller that is gone, is dropped.
-    fn set(&self, outcome: Result<T, CallError>) {
+    /// Stores `outcome` (over a response still held back); returns the caller's waker, to
+    /// wake once the cell is let go. A second outcome, or one for a caller that is gone, is
+    /// dropped.
+    #[must_use]
+    fn set(&self, outcome: Result<T, CallError>) -> Option<Waker> {
         // What is displaced (a held response) is dropped after the lock is released: a
         // value's `Drop` never runs under it.
         let (waker, _displaced) = {
@@ -89,9 +91,7 @@ impl<T> Cell<T> {
                 }
             }
         };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        waker
     }
 }
 
@@ -100,10 +100,10 @@ trait Deliver: Send + Sync {
     /// Decodes `body` into the cell, held back from the caller until
     /// [`publish`](Self::publish); on a decode error stores nothing.
     fn decode(&self, body: &[u8], limits: &ResponseDecoding) -> Result<(), DecodeError>;
-    /// Gives a held response to the caller and wakes it.
-    fn publish(&self);
-    /// Stores the failure and wakes the caller.
-    fn fail(&self, err: CallError);
+    /// Gives a held response to the caller; returns its waker.
+    fn publish(&self) -> Option<Waker>;
+    /// Stores the failure; returns the caller's waker.
+    fn fail(&self, err: CallError) -> Option<Waker>;
 }
 
 impl<T: Send + 'static> Deliver for Cell<T> {
@@ -124,27 +124,22 @@ impl<T: Send + 'static> Deliver for Cell<T> {
         Ok(())
     }
 
-    fn publish(&self) {
-        let waker = {
-            let mut inner = self.lock();
-            match std::mem::replace(&mut inner.state, State::Taken) {
-                State::Held(value, waker) => {
-                    inner.state = State::Ready(Ok(value));
-                    waker
-                }
-                other => {
-                    inner.state = other;
-                    None
-                }
+    fn publish(&self) -> Option<Waker> {
+        let mut inner = self.lock();
+        match std::mem::replace(&mut inner.state, State::Taken) {
+            State::Held(value, waker) => {
+                inner.state = State::Ready(Ok(value));
+                waker
             }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+            other => {
+                inner.state = other;
+                None
+            }
         }
     }
 
-    fn fail(&self, err: CallError) {
-        self.set(Err(err));
+    fn fail(&self, err: CallError) -> Option<Waker> {
+        self.set(Err(err))
     }
 }
 
@@ -175,7 +170,7 @@ impl Replier {
     /// Answers the caller with `err`.
     pub(crate) fn fail(mut self, err: CallError) {
         if let Some(cell) = self.0.take() {
-            cell.fail(err);
+            wake_after_release(cell.fail(err), cell);
         }
     }
 }
@@ -188,15 +183,24 @@ impl Decoded {
     /// Gives the response to its caller.
     pub(crate) fn publish(mut self) {
         if let Some(cell) = self.0 .0.take() {
-            cell.publish();
+            wake_after_release(cell.publish(), cell);
         }
+    }
+}
+
+/// Lets go of the connection's hold on a cell, then wakes its caller: woken first, a caller on
+/// another thread could find the cell still held and not recycle it.
+fn wake_after_release(waker: Option<Waker>, cell: Arc<dyn Deliver>) {
+    drop(cell);
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }
 
 impl Drop for Replier {
     fn drop(&mut self) {
         if let Some(cell) = self.0.take() {
-            cell.fail(CallError::Shutdown);
+            wake_after_release(cell.fail(CallError::Shutdown), cell);
         }
     }
 }

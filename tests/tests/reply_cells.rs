@@ -1,4 +1,4 @@
-//! Review of the recycled reply cells (host/src/reply.rs): many callers on a multi-thread
+//! The recycled reply cells (`host/src/reply.rs`): many callers on a multi-thread
 //! runtime, typed and dynamic calls of the same method, cancellations at random points,
 //! `select!` between two replies, a task that moves its future; every answer must be its own
 //! call's, and nobody may hang.
