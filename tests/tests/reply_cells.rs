@@ -49,7 +49,7 @@ async fn every_answer_is_its_own_calls_under_cancels_and_reuse() {
                     1 => {
                         let mine = tag6(task, round);
                         let got = host
-                            .call_value("echo", &Value::Bytes(mine.clone().into()))
+                            .call_value("echo", &Value::Bytes(mine.clone()))
                             .await;
                         assert_eq!(got, Ok(Value::Bytes(mine.into())));
                     }
