@@ -51,7 +51,7 @@ async fn every_answer_is_its_own_calls_under_cancels_and_reuse() {
                         let got = host
                             .call_value("echo", &Value::Bytes(mine.clone()))
                             .await;
-                        assert_eq!(got, Ok(Value::Bytes(mine.into())));
+                        assert_eq!(got, Ok(Value::Bytes(mine)));
                     }
                     2 => {
                         // Cancelled at a random point: before, during or after its answer.
