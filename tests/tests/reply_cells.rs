@@ -48,9 +48,7 @@ async fn every_answer_is_its_own_calls_under_cancels_and_reuse() {
                     }
                     1 => {
                         let mine = tag6(task, round);
-                        let got = host
-                            .call_value("echo", &Value::Bytes(mine.clone()))
-                            .await;
+                        let got = host.call_value("echo", &Value::Bytes(mine.clone())).await;
                         assert_eq!(got, Ok(Value::Bytes(mine)));
                     }
                     2 => {
@@ -64,7 +62,7 @@ async fn every_answer_is_its_own_calls_under_cancels_and_reuse() {
                         let wait = Duration::from_micros(next() % 400);
                         let _ = tokio::time::timeout(
                             wait,
-                            host.call_value("echo", &Value::Bytes(mine.into())),
+                            host.call_value("echo", &Value::Bytes(mine)),
                         )
                         .await;
                     }
