@@ -88,7 +88,7 @@ async fn every_answer_is_its_own_calls_under_cancels_and_reuse() {
                         });
                         let got = match futures_poll_once(call.as_mut()).await {
                             Some(got) => got,
-                            None => tokio::spawn(async move { call.await }).await.unwrap(),
+                            None => tokio::spawn(call).await.unwrap(),
                         };
                         assert_eq!(got.map(ByteBuf::into_vec), Ok(mine));
                     }
