@@ -22,8 +22,17 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> 
     // Measured first (a pass that copies nothing), then written into a buffer of exactly that
     // size: one allocation, and a buffer whose length is its capacity, which becomes `Bytes`
     // without another.
-    let size = postcard::experimental::serialized_size(value).map_err(map_postcard)?;
-    to_extend(value, Vec::with_capacity(size))
+    to_extend(value, Vec::with_capacity(encoded_len(value)?))
+}
+
+/// The length of `value`'s encoding, measured without writing it (a pass that copies
+/// nothing), to size a buffer before [`to_extend`].
+///
+/// ```
+/// assert_eq!(airlock_codec::encoded_len(&(1u8, "hi")).unwrap(), 4);
+/// ```
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, EncodeError> {
+    postcard::experimental::serialized_size(value).map_err(map_postcard)
 }
 
 /// Appends the encoding of `value` to `out` (for example a frame buffer being assembled).

@@ -35,3 +35,32 @@ async fn a_sixteen_mib_plain_vec_u8_round_trips_through_a_worker_at_default_limi
     println!("16 MiB echo: plain Vec<u8> {plain:?}, serde_bytes::ByteBuf {as_bytes:?}");
     host.shutdown().await;
 }
+
+/// A worker encodes a large answer into the buffer of an earlier one, already written. Large
+/// answers of different sizes and contents, one after another and two at a time, each arrive
+/// exactly as sent: no byte of an earlier answer, no stale length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_in_reused_buffers_carry_only_their_own_bytes() {
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let sizes = [3 << 20, 2 << 20, (3 << 20) - 7, 5 << 20, 1 << 20];
+    for (round, len) in sizes.into_iter().enumerate() {
+        let payload = ByteBuf::from(
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(round as u8))
+                .collect::<Vec<u8>>(),
+        );
+        assert_eq!(
+            host.call::<Echo>(&payload).await.unwrap(),
+            payload,
+            "round {round}"
+        );
+    }
+    let (a, b) = (
+        ByteBuf::from(vec![0xaa; 4 << 20]),
+        ByteBuf::from(vec![0x55; (2 << 20) + 3]),
+    );
+    let (got_a, got_b) = tokio::join!(host.call::<Echo>(&a), host.call::<Echo>(&b));
+    assert_eq!(got_a.unwrap(), a);
+    assert_eq!(got_b.unwrap(), b);
+    host.shutdown().await;
+}

@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod buffers;
 pub mod builtin;
 #[cfg(target_os = "linux")]
 pub mod confine;
