@@ -184,51 +184,6 @@ async fn shutdown_with_a_stuck_direct_write_is_bounded_by_the_grace() {
     }
 }
 
-/// A caller on a runtime of its own, which ends while its direct write waits: the host's
-/// writer task finishes the write under the send deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn direct_write_begun_on_a_foreign_runtime_that_ended() {
-    let dir = ScratchDir::new("stalled-writes-foreign");
-    let host = builder(&dir, "never_read", true, TransportChoice::Pipe)
-        .spawn()
-        .await
-        .expect("the rogue completes its handshake");
-    let caller = host.clone();
-    let gave_up = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let outcome = runtime.block_on(async {
-            tokio::time::timeout(
-                Duration::from_millis(100),
-                caller.call_with_deadline::<Echo>(&ByteBuf::from(vec![7u8; 8 << 20]), soon(20_000)),
-            )
-            .await
-        });
-        drop(runtime);
-        outcome.is_err()
-    })
-    .join()
-    .unwrap();
-    assert!(gave_up);
-    let started = Instant::now();
-    let behind = host
-        .call_with_deadline::<Echo>(&ByteBuf::from(b"behind".to_vec()), soon(8000))
-        .await;
-    let took = started.elapsed();
-    assert!(took < Duration::from_secs(3), "{took:?} {behind:?}");
-    assert!(
-        matches!(behind, Err(CallError::WorkerLost(_))),
-        "{behind:?}"
-    );
-    let fresh = host
-        .call_with_deadline::<Echo>(&ByteBuf::from(b"fresh".to_vec()), soon(5000))
-        .await;
-    assert_eq!(fresh.unwrap().as_slice(), b"fresh");
-    host.shutdown().await;
-}
-
 /// Many callers at once, bodies around the pipe's size, some given up mid-write: with direct
 /// writes (confined) and through the writer task, every frame must reach the honest worker
 /// whole and in order (no violation, no restart) and every echo must be exact.
