@@ -315,7 +315,7 @@ impl Host {
                 "Method::NAME must be 1-64 bytes of [A-Za-z0-9._-]"
             )
         };
-        let body = airlock_codec::to_vec(request).map_err(CallError::Encode);
+        let body = airlock_protocol::reuse::encode_body(request).map_err(CallError::Encode);
         let method = Cow::Borrowed(M::NAME);
         self.call_named(method, body, decode_response::<M::Response>, deadline)
             .await

@@ -102,7 +102,7 @@ impl Host {
             decode: decode_update::<M::Progress>,
             sender,
         };
-        let body = airlock_codec::to_vec(request).map_err(CallError::Encode);
+        let body = airlock_protocol::reuse::encode_body(request).map_err(CallError::Encode);
         let begun = self.begin_call(
             Cow::Borrowed(M::NAME),
             body,

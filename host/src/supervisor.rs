@@ -366,7 +366,10 @@ impl Supervisor {
         // Callers write their own frames only to a worker that cannot stall a write inside the
         // kernel: the host's seccomp filter, verified on it, denies `userfaultfd`.
         let direct_writes = confinement.seccomp_filters > 0;
-        let wire = Arc::new(Wire::new(Outgoing::new(sender), direct_writes));
+        // Large request bodies go back to be encoded into again once written.
+        let mut outgoing = Outgoing::new(sender);
+        outgoing.recycle_written_bodies();
+        let wire = Arc::new(Wire::new(outgoing, direct_writes));
         *live.lock() = Some(Core::new(self.generation, session, Arc::clone(&wire)));
         // However this future ends (even dropped with its runtime), no caller is left waiting
         // on a core nobody drives.

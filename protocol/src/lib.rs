@@ -57,6 +57,7 @@ mod id;
 mod limits;
 mod method;
 mod remote_error;
+pub mod reuse;
 mod session;
 pub mod spin;
 pub mod transport;

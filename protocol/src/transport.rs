@@ -166,15 +166,9 @@ pub struct Outgoing {
     flight: Option<(Vec<Transmit>, SendProgress)>,
     /// The last batch's emptied buffer, reused for the next one.
     spare: Vec<Transmit>,
-    /// Bodies of at least this many bytes are kept once written (see
-    /// [`keep_written_bodies`](Outgoing::keep_written_bodies)); `None`: none are.
-    keep_bodies_over: Option<usize>,
-    /// Large bodies already written, for their owner to take back.
-    written_bodies: Vec<Bytes>,
+    /// Large bodies go back to [`crate::reuse`] once written.
+    recycle_bodies: bool,
 }
-
-/// Most written bodies an [`Outgoing`] keeps for their owner; more are dropped.
-const KEPT_BODIES: usize = 2;
 
 impl core::fmt::Debug for Outgoing {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -191,22 +185,16 @@ impl Outgoing {
             sender: Some(sender),
             flight: None,
             spare: Vec::new(),
-            keep_bodies_over: None,
-            written_bodies: Vec::new(),
+            recycle_bodies: false,
         }
     }
 
-    /// Keeps the bodies of at least `bytes` bytes once they are written (at most two), for
-    /// [`take_written_bodies`](Self::take_written_bodies): a sender that builds large bodies
-    /// can have their buffers back instead of allocating (and faulting in) fresh ones.
-    pub fn keep_written_bodies(&mut self, bytes: usize) {
-        self.keep_bodies_over = Some(bytes);
-    }
-
-    /// The large bodies written since the last call (see
-    /// [`keep_written_bodies`](Self::keep_written_bodies)).
-    pub fn take_written_bodies(&mut self) -> std::vec::Drain<'_, Bytes> {
-        self.written_bodies.drain(..)
+    /// Gives each body of at least [`REUSED_FROM`](crate::reuse::REUSED_FROM) bytes back to
+    /// [`crate::reuse`] once it is written, so that a sender encoding its large bodies with
+    /// [`encode_body`](crate::reuse::encode_body) has their buffers again instead of allocating
+    /// (and faulting in) fresh ones. A body still referenced elsewhere is not reused.
+    pub fn recycle_written_bodies(&mut self) {
+        self.recycle_bodies = true;
     }
 
     /// Whether a write is still in flight (new frames must wait for it).
@@ -257,11 +245,9 @@ impl Outgoing {
         };
         let result = core::task::ready!(sender.poll_send(cx, batch, progress));
         if let Some((mut batch, _)) = self.flight.take() {
-            if let (Some(at_least), true) = (self.keep_bodies_over, result.is_ok()) {
+            if self.recycle_bodies && result.is_ok() {
                 for transmit in batch.drain(..) {
-                    if transmit.body.len() >= at_least && self.written_bodies.len() < KEPT_BODIES {
-                        self.written_bodies.push(transmit.body);
-                    }
+                    crate::reuse::give_back(transmit.body);
                 }
             }
             batch.clear();

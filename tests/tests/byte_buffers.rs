@@ -36,9 +36,10 @@ async fn a_sixteen_mib_plain_vec_u8_round_trips_through_a_worker_at_default_limi
     host.shutdown().await;
 }
 
-/// A worker encodes a large answer into the buffer of an earlier one, already written. Large
-/// answers of different sizes and contents, one after another and two at a time, each arrive
-/// exactly as sent: no byte of an earlier answer, no stale length.
+/// The host encodes a large request, and the worker a large answer, into the buffer of an
+/// earlier one, already written. Large bodies of different sizes and contents, one after another
+/// and two at a time, each arrive exactly as sent, both ways: no byte of an earlier body, no
+/// stale length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_in_reused_buffers_carry_only_their_own_bytes() {
     let host = Host::builder(worker_bin()).spawn().await.unwrap();

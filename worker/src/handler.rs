@@ -64,9 +64,7 @@ impl<M: Method> Bodies for Typed<M> {
     }
     fn encode(response: &M::Response) -> Result<Vec<u8>, EncodeError> {
         // A large response goes into the buffer of an earlier one, if one is free.
-        let len = airlock_codec::encoded_len(response)?;
-        let buffer = crate::buffers::take(len).unwrap_or_else(|| Vec::with_capacity(len));
-        airlock_codec::to_extend(response, buffer)
+        airlock_protocol::reuse::encode_body(response)
     }
 }
 

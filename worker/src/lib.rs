@@ -39,7 +39,6 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod buffers;
 pub mod builtin;
 #[cfg(target_os = "linux")]
 pub mod confine;

@@ -60,7 +60,7 @@ pub(crate) async fn serve_on<T: Transport>(
 ) -> Result<(), ServeError> {
     let (sender, mut receiver) = transport.split();
     let mut outgoing = Outgoing::new(Box::new(sender));
-    outgoing.keep_written_bodies(crate::buffers::REUSED_FROM);
+    outgoing.recycle_written_bodies();
     let mut outbox = outgoing.take_buffer();
     let mut session = WorkerSession::new(&spec.config);
     let (updates, mut pending_updates) = mpsc::channel(UPDATE_QUEUE);
@@ -100,9 +100,6 @@ pub(crate) async fn serve_on<T: Transport>(
                 break Err(ServeError::Connection(err));
             }
         }
-        outgoing
-            .take_written_bodies()
-            .for_each(crate::buffers::give_back);
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }

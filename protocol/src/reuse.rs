@@ -1,0 +1,100 @@
+//! Buffers of large bodies, reused: a side that sends large bodies one after another encodes
+//! each into the buffer of an earlier one, already written, instead of allocating (and faulting
+//! in, page by page) a fresh one per call.
+//!
+//! An [`Outgoing`](crate::transport::Outgoing) told to
+//! [`recycle_written_bodies`](crate::transport::Outgoing::recycle_written_bodies) gives each
+//! written body of at least [`REUSED_FROM`] bytes back ([`give_back`]); [`encode_body`] takes
+//! one whose capacity fits. A buffer is reused only when the written body was its one
+//! reference, and is emptied first: a body never carries bytes of an earlier one.
+//!
+//! ```
+//! use airlock_protocol::reuse::{encode_body, give_back, REUSED_FROM};
+//!
+//! let large = vec![7u8; REUSED_FROM];
+//! let first = encode_body(&serde_bytes::Bytes::new(&large)).unwrap();
+//! let at = first.as_ptr();
+//! give_back(bytes::Bytes::from(first)); // written: nothing else refers to it
+//! let second = encode_body(&serde_bytes::Bytes::new(&large[1..])).unwrap();
+//! assert_eq!(second.as_ptr(), at, "the same buffer, holding only the new body");
+//! assert_eq!(second.len(), airlock_codec::encoded_len(&serde_bytes::Bytes::new(&large[1..])).unwrap());
+//! ```
+
+use std::sync::{Mutex, PoisonError};
+
+use airlock_codec::EncodeError;
+use bytes::Bytes;
+use serde::Serialize;
+
+/// Bodies smaller than this are encoded into fresh buffers: allocating them is cheap, and
+/// keeping them would hold memory for nothing. 1 MiB.
+pub const REUSED_FROM: usize = 1024 * 1024;
+
+/// Most buffers a process keeps: a body being encoded while the last one is written.
+const KEPT: usize = 2;
+
+/// The process's spare buffers, each empty, each of at least [`REUSED_FROM`] bytes.
+static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Encodes `value` into a buffer of exactly its encoded length (a kept one when the body is
+/// large and one is free, else a fresh one).
+pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    let len = airlock_codec::encoded_len(value)?;
+    let buffer = take(len).unwrap_or_else(|| Vec::with_capacity(len));
+    airlock_codec::to_extend(value, buffer)
+}
+
+/// An empty kept buffer with room for `len` bytes, if one is free and `len` is large enough
+/// to be worth it.
+fn take(len: usize) -> Option<Vec<u8>> {
+    if len < REUSED_FROM {
+        return None;
+    }
+    let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+    let at = spare.iter().position(|buffer| buffer.capacity() >= len)?;
+    Some(spare.swap_remove(at))
+}
+
+/// Keeps the buffer of a written `body` for a later [`encode_body`], if nothing else refers to
+/// it and it is large enough; otherwise drops it.
+pub fn give_back(body: Bytes) {
+    if body.len() < REUSED_FROM {
+        return;
+    }
+    let Ok(mut buffer) = body.try_into_mut() else {
+        return;
+    };
+    buffer.clear();
+    let buffer = Vec::from(buffer);
+    let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+    if spare.len() < KEPT {
+        spare.push(buffer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test: the pool is the process's, and tests run in parallel.
+    #[test]
+    fn a_written_body_comes_back_empty_and_is_reused_only_when_unshared() {
+        let old = vec![0xAAu8; 3 * REUSED_FROM];
+        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let at = body.as_ptr();
+        let shared = body.clone();
+        give_back(body);
+        assert!(take(REUSED_FROM).is_none(), "kept while still referenced");
+        give_back(shared);
+        assert!(take(10).is_none(), "small bodies take no kept buffer");
+
+        let new = vec![0x55u8; 2 * REUSED_FROM];
+        let encoded = encode_body(serde_bytes::Bytes::new(&new)).unwrap();
+        assert_eq!(encoded.as_ptr(), at, "the written body's buffer, reused");
+        assert_eq!(
+            encoded,
+            airlock_codec::to_vec(serde_bytes::Bytes::new(&new)).unwrap(),
+            "nothing of the earlier body"
+        );
+    }
+}
