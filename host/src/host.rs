@@ -25,7 +25,7 @@ use crate::{CallError, SpawnError};
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
 #[derive(Clone, Debug)]
 pub struct HostBuilder {
-    settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 impl HostBuilder {

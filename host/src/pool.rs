@@ -56,7 +56,8 @@ impl PoolBuilder {
         }
         let mut starting = tokio::task::JoinSet::new();
         for i in 0..self.size {
-            let builder = self.host.clone().label(format!("worker-{i}"));
+            let label = format!("{}-{i}", self.host.settings.label);
+            let builder = self.host.clone().label(label);
             starting.spawn(async move { (i, builder.spawn().await) });
         }
         let mut hosts: Vec<Option<Host>> = (0..self.size).map(|_| None).collect();
@@ -111,8 +112,9 @@ pub struct PoolStats {
 }
 
 impl Pool {
-    /// A pool builder whose workers are all spawned from `host`, each relabelled `worker-<i>`
-    /// (its index) for the logs.
+    /// A pool builder whose workers are all spawned from `host`, each labelled for the logs
+    /// with `host`'s label and its index: `<label>-<i>` (`airlock-worker-0`, `airlock-worker-1`
+    /// for the bundled worker's default label).
     pub fn builder(host: HostBuilder) -> PoolBuilder {
         PoolBuilder {
             host,

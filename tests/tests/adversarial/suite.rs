@@ -1617,9 +1617,14 @@ async fn never_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
+    // Why each hostile worker ended, and each restart, printed if the count is off. The label
+    // tells this transport's pool from the others running beside it.
+    let events = airlock_tests::capture::events();
+    let label = format!("pool-{TRANSPORT:?}");
     let scene = Scene::new("pool");
     let pool = Pool::builder(
         rogue_host_in(&scene.dir)
+            .label(&label)
             .transport(TRANSPORT)
             .arg("chaos")
             .env("ROGUE_PIDS", scene.path("pids"))
@@ -1681,7 +1686,10 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
                     pid = fresh;
                     break;
                 }
-                _ => {
+                other => {
+                    if let Err(err) = other {
+                        outcomes.push((scenario, format!("while replaced: {err:?}"), hostile.stats().restarts));
+                    }
                     assert!(started.elapsed() < Duration::from_secs(3), "{scenario}");
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -1705,7 +1713,16 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     assert_eq!(
         stormy.restarts,
         STRIKES_AT_A_CALL.len() as u64 - 1,
-        "one restart per fatal strike: {outcomes:#?}\nstats: {stormy:#?}"
+        "one restart per fatal strike: {outcomes:#?}\nstats: {stormy:#?}\n\
+         workers started, steady and hostile (each writes its pid as it starts): {}\n\
+         the hostile worker's ends and restarts: {:#?}",
+        scene.pids().len(),
+        events
+            .matching(|e| e.field("worker") == format!("{label}-0")
+                && matches!(e.target.as_str(), "airlock::host" | "airlock::restart" | "airlock::spawn"))
+            .iter()
+            .map(|e| format!("{}: {:?}", e.target, e.fields))
+            .collect::<Vec<_>>()
     );
     for code in [ViolationCode::UnknownCallId, ViolationCode::FrameTooLarge] {
         assert!(stormy.violations.contains_key(&code), "{code:?}");
