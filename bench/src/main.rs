@@ -32,6 +32,7 @@ mod peak_rss;
 mod peer;
 mod phases;
 mod proc_stats;
+mod spawn_phases;
 mod table;
 mod targets;
 
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Some("rss-sample") => peak_rss::sample(&args[1..]),
         Some("phase") => phase(&args[1..]),
         Some("calls") => profile_calls(&args[1..]),
+        Some("spawns") => profile_spawns(&args[1..]),
         _ => options(&args).and_then(|o| orchestrate(&o)),
     };
     match result {
@@ -154,6 +156,20 @@ fn phase(args: &[String]) -> Result<(), Error> {
     let bytes = postcard::to_allocvec(&rows)?;
     std::io::stdout().write_all(&bytes)?;
     Ok(())
+}
+
+/// `spawns N --worker PATH [--unconfined]`: N spawns to ready beside raw spawns, split into
+/// the host's launch and handshake phases (`spawn_phases.rs`).
+fn profile_spawns(args: &[String]) -> Result<(), Error> {
+    let n: u32 = args.first().ok_or(USAGE)?.parse()?;
+    let unconfined = args.iter().any(|a| a == "--unconfined");
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .filter(|a| *a != "--unconfined")
+        .cloned()
+        .collect();
+    let options = options(&rest)?;
+    spawn_phases::run(n, &options.worker, unconfined)
 }
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES]`: N small calls on one
