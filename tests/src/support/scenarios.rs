@@ -43,6 +43,31 @@ pub const STRIKES_AT_A_CALL: &[&str] = &[
     "never_read",
 ];
 
+/// The scenarios in [`STRIKES_AT_A_CALL`] that never answer the call they strike at (a stalled
+/// or dribbled frame, a handler that hangs or ignores the `Cancel`, a channel never read): only
+/// the call's deadline ends them. Every other strike answers at once, with its lie.
+pub const ENDED_BY_THE_DEADLINE: &[&str] = &[
+    "stall_prefix",
+    "dribble",
+    "hang",
+    "ignore_cancel",
+    "never_read",
+];
+
 /// The one scenario in [`STRIKES_AT_A_CALL`] that a worker survives: it floods its stderr,
 /// which the host bounds and drops, and then answers honestly.
 pub const SURVIVABLE: &str = "stderr_flood";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A misspelt name would give a strike that never answers the long deadline of one that
+    /// answers at once.
+    #[test]
+    fn the_strikes_ended_by_the_deadline_are_strikes_at_a_call() {
+        for scenario in ENDED_BY_THE_DEADLINE.iter().chain([&SURVIVABLE]) {
+            assert!(STRIKES_AT_A_CALL.contains(scenario), "{scenario}");
+        }
+    }
+}
