@@ -116,6 +116,25 @@ pub fn process_alive(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
 }
 
+/// True while `/proc` still holds the process, a zombie included (killed but not yet reaped):
+/// by its pid, or for an identity above [`PID_MAX_LIMIT`] by the name it took (`air-<hex>`).
+pub fn process_present(pid: u32) -> bool {
+    if pid < PID_MAX_LIMIT {
+        return std::path::Path::new(&format!("/proc/{pid}")).exists();
+    }
+    let name = format!("air-{pid:08x}");
+    std::fs::read_dir("/proc").is_ok_and(|dir| {
+        dir.flatten().any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+                && std::fs::read_to_string(entry.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim_end() == name)
+        })
+    })
+}
+
 /// The pid of a live process whose command name is `air-<id in hex>`, if there is one.
 pub fn named_process(id: u32) -> Option<u32> {
     let name = format!("air-{id:08x}");

@@ -19,7 +19,7 @@ use airlock_protocol::{
     DEFAULT_MAX_FRAME, DEFAULT_MAX_PROGRESS_PER_CALL, MAX_ERROR_MESSAGE, PROTOCOL_VERSION,
 };
 use airlock_tests::e2e::{
-    fast_restarts, process_alive, rogue_bin, rogue_host_in, session_of, soon, wait_until, Misbehave,
+    fast_restarts, process_alive, process_present, rogue_bin, rogue_host_in, session_of, soon, wait_until, Misbehave,
     ScratchDir,
 };
 use airlock_test_support::alloc::{self, CountingAlloc};
@@ -278,13 +278,13 @@ fn unique(tag: &str) -> ByteBuf {
     ByteBuf::from(format!("{tag} {:?}", Instant::now()).into_bytes())
 }
 
-/// Waits (bounded) until `pid` is gone from `/proc` entirely: killed *and* reaped.
+/// Waits (bounded) until `pid` is gone from `/proc` entirely: killed *and* reaped. A confined
+/// rogue's identity is found by the name it took (see `process_present`).
 async fn await_reaped(pid: u32) {
-    let path = format!("/proc/{pid}");
     wait_until(
         &format!("worker {pid} to be reaped"),
         Duration::from_secs(3),
-        || !Path::new(&path).exists(),
+        || !process_present(pid),
     )
     .await;
 }
@@ -305,7 +305,7 @@ fn assert_violation<T: Debug>(outcome: Result<T, CallError>, code: ViolationCode
 #[track_caller]
 fn assert_gone(worker: u32) {
     assert!(
-        !Path::new(&format!("/proc/{worker}")).exists(),
+        !process_present(worker),
         "worker {worker} was not reaped before its calls were failed"
     );
 }
@@ -1712,8 +1712,10 @@ async fn a_hostile_worker_leaves_calls_on_the_other_pool_worker_unaffected() {
     }
     assert!(total > 50, "only {total} calls ran beside the attacks");
 
-    // The steady worker never noticed.
+    // The steady worker never noticed. (And it is there to be seen: the checks that each
+    // replaced worker was reaped can tell a confined worker that lives.)
     assert_eq!(steady.call::<Pid>(&()).await, Ok(steady_pid));
+    assert!(process_present(steady_pid), "{steady_pid}");
     let calm = steady.stats();
     assert_eq!(calm.restarts, 0);
     assert!(calm.violations.is_empty());
