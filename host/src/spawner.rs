@@ -86,10 +86,23 @@ fn start_thread() -> Result<Spawner, SpawnerError> {
     })
 }
 
-/// Forgets the spawner thread in `slot`, so the next spawn there starts a fresh one.
+/// Spawner threads taken out of service. Their job queues stay open for the life of the
+/// process: a thread whose queue closed would exit, and every worker it ever forked would get
+/// its parent-death signal while the host lives on.
+static RETIRED: Mutex<Vec<Spawner>> = Mutex::new(Vec::new());
+
+/// Forgets the spawner thread in `slot`, so the next spawn there starts a fresh one. The thread
+/// itself is retired, not ended (see [`RETIRED`]): it may be stuck in a fork now, but the
+/// workers it forked before must keep running.
 fn forget(slot: usize) {
-    if let Ok(mut spawner) = SPAWNERS[slot].lock() {
-        *spawner = None;
+    let Ok(mut spawner) = SPAWNERS[slot].lock() else {
+        return;
+    };
+    if let Some(old) = spawner.take().filter(Spawner::is_ours) {
+        RETIRED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(old);
     }
 }
 
@@ -131,5 +144,31 @@ pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>
             forget(slot);
             Err(SpawnerError::NoAnswer)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spawner thread that stopped answering is replaced, but keeps running: the workers it
+    /// forked die with the thread (their parent-death signal), not with the host.
+    #[test]
+    fn a_forgotten_spawner_thread_keeps_running() {
+        let (done, answered) = mpsc::channel();
+        let slot = submit(Box::new(move || {
+            let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
+        }))
+        .expect("a spawner thread starts");
+        let tid = answered
+            .recv_timeout(SPAWN_TIMEOUT)
+            .expect("the spawner thread runs its job");
+        forget(slot);
+        // A thread whose queue closed ends at once; give it the moment it would take.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            crate::sys::thread_exists(tid),
+            "the forgotten spawner thread ended, and with it every worker it forked"
+        );
     }
 }
