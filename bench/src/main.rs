@@ -158,18 +158,30 @@ fn phase(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `spawns N --worker PATH [--unconfined]`: N spawns to ready beside raw spawns, split into
-/// the host's launch and handshake phases (`spawn_phases.rs`).
+/// `spawns N --worker PATH [--unconfined] [--resident MIB]`: N spawns to ready beside raw
+/// spawns, split into the host's launch and handshake phases (`spawn_phases.rs`).
 fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     let unconfined = args.iter().any(|a| a == "--unconfined");
-    let rest: Vec<String> = args[1..]
-        .iter()
-        .filter(|a| *a != "--unconfined")
-        .cloned()
-        .collect();
+    // `--resident MIB`: the host first fills that much memory of its own, as a host with data
+    // of its own would have it (a fork copies the page tables of all of it).
+    let resident = number_after(args, "--resident")?;
+    let mut rest = Vec::new();
+    let mut given = args[1..].iter();
+    while let Some(arg) = given.next() {
+        match arg.as_str() {
+            "--unconfined" => {}
+            "--resident" => {
+                given.next();
+            }
+            _ => rest.push(arg.clone()),
+        }
+    }
     let options = options(&rest)?;
-    spawn_phases::run(n, &options.worker, unconfined)
+    let ballast = vec![1u8; resident.unwrap_or(0) as usize * 1024 * 1024];
+    spawn_phases::run(n, &options.worker, unconfined)?;
+    drop(std::hint::black_box(ballast));
+    Ok(())
 }
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES]`: N small calls on one
