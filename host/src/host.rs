@@ -150,6 +150,12 @@ impl HostBuilder {
 
     /// Starts the worker and completes its handshake. Fails if the program cannot run or the
     /// handshake fails; after that, lost workers are replaced by the supervisor.
+    ///
+    /// The worker is forked from this process (under `Confinement::strict()`, three forks: a
+    /// keeper, the sandbox's init and the worker), and a fork copies the page tables of all
+    /// the memory the process holds: a spawn takes longer the larger the host has grown
+    /// (measured on a 2-vCPU VM with 512 MiB resident: 17 ms unconfined, 50 ms strict, against
+    /// 2–6 ms in a small process). Start long-lived workers and pools early.
     pub async fn spawn(self) -> Result<Host, SpawnError> {
         if !self.settings.confinement.is_confined() {
             tracing::warn!(
