@@ -91,13 +91,25 @@ fn start_thread() -> Result<Spawner, SpawnerError> {
 /// its parent-death signal while the host lives on.
 static RETIRED: Mutex<Vec<Spawner>> = Mutex::new(Vec::new());
 
-/// Forgets the spawner thread in `slot`, so the next spawn there starts a fresh one. The thread
-/// itself is retired, not ended (see [`RETIRED`]): it may be stuck in a fork now, but the
-/// workers it forked before must keep running.
-fn forget(slot: usize) {
-    let Ok(mut spawner) = SPAWNERS[slot].lock() else {
+/// Where a job went: its slot, and the thread that held the slot then.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    slot: usize,
+    tid: i32,
+}
+
+/// Forgets the spawner thread a job was `placed` on, so the next spawn in its slot starts a
+/// fresh one. The thread itself is retired, not ended (see [`RETIRED`]): it may be stuck in a
+/// fork now, but the workers it forked before must keep running. Only that thread: if it was
+/// retired already (another of its jobs timed out first), the slot's present thread took no
+/// part in this job and stays in service.
+fn forget(placed: Placed) {
+    let Ok(mut spawner) = SPAWNERS[placed.slot].lock() else {
         return;
     };
+    if spawner.as_ref().map(|current| current.tid) != Some(placed.tid) {
+        return;
+    }
     if let Some(old) = spawner.take().filter(Spawner::is_ours) {
         RETIRED
             .lock()
@@ -107,20 +119,20 @@ fn forget(slot: usize) {
 }
 
 /// Hands `job` to one of this process's spawner threads, starting it if there is none; returns
-/// the slot it went to.
-fn submit(job: Job) -> Result<usize, SpawnerError> {
+/// where it went.
+fn submit(job: Job) -> Result<Placed, SpawnerError> {
     let slot = NEXT.fetch_add(1, Ordering::Relaxed) % spawners_in_use();
     let mut spawner = SPAWNERS[slot].lock().map_err(|_| SpawnerError::Poisoned)?;
-    let jobs = match spawner.as_ref() {
-        Some(current) if current.is_ours() => current.jobs.clone(),
+    let (jobs, tid) = match spawner.as_ref() {
+        Some(current) if current.is_ours() => (current.jobs.clone(), current.tid),
         _ => {
             let fresh = start_thread()?;
-            let jobs = fresh.jobs.clone();
+            let placed = (fresh.jobs.clone(), fresh.tid);
             *spawner = Some(fresh);
-            jobs
+            placed
         }
     };
-    jobs.send(job).map(|()| slot).map_err(|_| {
+    jobs.send(job).map(|()| Placed { slot, tid }).map_err(|_| {
         // The thread is gone (it never is, but be ready): forget it so the next spawn retries.
         *spawner = None;
         SpawnerError::Gone
@@ -132,7 +144,7 @@ fn submit(job: Job) -> Result<usize, SpawnerError> {
 pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
     let runtime = tokio::runtime::Handle::current();
     let (done, result) = oneshot::channel();
-    let slot = submit(Box::new(move || {
+    let placed = submit(Box::new(move || {
         let _entered = runtime.enter();
         let _ = done.send(command.spawn());
     }))?;
@@ -141,7 +153,7 @@ pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>
         Ok(Err(_)) => Err(SpawnerError::Dropped),
         Err(_) => {
             // A thread that does not answer is not trusted again: the next spawn starts anew.
-            forget(slot);
+            forget(placed);
             Err(SpawnerError::NoAnswer)
         }
     }
@@ -153,22 +165,81 @@ mod tests {
 
     /// A spawner thread that stopped answering is replaced, but keeps running: the workers it
     /// forked die with the thread (their parent-death signal), not with the host.
+    /// Tests that retire threads run one at a time: they watch the same slots.
+    static RETIRING: Mutex<()> = Mutex::new(());
+
     #[test]
     fn a_forgotten_spawner_thread_keeps_running() {
+        let _alone = RETIRING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (done, answered) = mpsc::channel();
-        let slot = submit(Box::new(move || {
+        let placed = submit(Box::new(move || {
             let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
         }))
         .expect("a spawner thread starts");
         let tid = answered
             .recv_timeout(SPAWN_TIMEOUT)
             .expect("the spawner thread runs its job");
-        forget(slot);
+        forget(placed);
         // A thread whose queue closed ends at once; give it the moment it would take.
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             crate::sys::thread_exists(tid),
             "the forgotten spawner thread ended, and with it every worker it forked"
+        );
+    }
+
+    /// Submits trivial jobs until one lands in `slot`; returns the id of the thread that ran it.
+    fn thread_serving(slot: usize) -> i32 {
+        for _ in 0..64 {
+            let (done, answered) = mpsc::channel();
+            let landed = submit(Box::new(move || {
+                let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
+            }))
+            .expect("a spawner thread takes the job");
+            let tid = answered
+                .recv_timeout(SPAWN_TIMEOUT)
+                .expect("the spawner thread runs its job");
+            if landed.slot == slot {
+                return tid;
+            }
+        }
+        panic!("no job landed in slot {slot}");
+    }
+
+    /// Two spawns queued on a thread that hangs both time out, 30 s apart at most: the second
+    /// timeout must not retire the thread that took the slot after the first, which answers.
+    #[test]
+    fn a_timeout_on_a_retired_thread_leaves_its_successor_in_service() {
+        let _alone = RETIRING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (release, hang) = mpsc::channel::<()>();
+        let hanging = submit(Box::new(move || {
+            let _ = hang.recv();
+        }))
+        .expect("a spawner thread takes the hanging job");
+        let slot = hanging.slot;
+        // A second job queued behind the hanging one, on the same thread.
+        let queued = (0..64)
+            .map(|_| submit(Box::new(|| {})).expect("a spawner thread takes the job"))
+            .find(|landed| landed.slot == slot)
+            .expect("a job lands in the hanging thread's slot");
+        assert_eq!(queued.tid, hanging.tid, "queued behind the hanging job");
+        forget(hanging); // the hanging job's spawn timed out
+        let successor = thread_serving(slot);
+        forget(queued); // the queued job's spawn timed out too
+        let in_service = SPAWNERS[slot]
+            .lock()
+            .expect("the slot's lock")
+            .as_ref()
+            .map(|spawner| spawner.tid);
+        let _ = release.send(());
+        assert_eq!(
+            in_service,
+            Some(successor),
+            "a thread that answers every job was taken out of service (and kept for ever)"
         );
     }
 }
