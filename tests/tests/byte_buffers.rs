@@ -2,10 +2,10 @@
 //! times the default item budget, crosses in both directions (the codec budgets its elements
 //! as bytes), beside the same payload as a byte type, the fast path.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use airlock_codec::DEFAULT_MAX_ITEMS;
-use airlock_host::Host;
+use airlock_host::{Confinement, Host};
 use airlock_tests::e2e::worker_bin;
 use airlock_worker::builtin::{Echo, EchoVec};
 use serde_bytes::ByteBuf;
@@ -64,4 +64,50 @@ async fn large_answers_in_reused_buffers_carry_only_their_own_bytes() {
     assert_eq!(got_a.unwrap(), a);
     assert_eq!(got_b.unwrap(), b);
     host.shutdown().await;
+}
+
+/// A large request whose write waits on a worker that stopped reading keeps its buffer, whole,
+/// while large requests to another worker of the same process are encoded into reused buffers
+/// meanwhile: neither worker receives a byte of the other's requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_request_keeps_its_buffer_while_another_workers_requests_reuse_theirs() {
+    use rustix::process::{kill_process, Pid, Signal};
+
+    // Unconfined, so that its pid is the host's to signal.
+    let stalled = Host::builder(worker_bin())
+        .confinement(Confinement::none())
+        .send_timeout(Duration::from_secs(60))
+        .spawn()
+        .await
+        .unwrap();
+    let other = Host::builder(worker_bin()).spawn().await.unwrap();
+    let pid = Pid::from_raw(stalled.worker_pid().expect("a worker process") as i32).unwrap();
+    // Larger than any pipe's buffer: it cannot be written whole while the worker is stopped.
+    let held = ByteBuf::from((0..8 << 20).map(|i| (i % 241) as u8).collect::<Vec<u8>>());
+    kill_process(pid, Signal::STOP).unwrap();
+    let pending = tokio::spawn({
+        let (stalled, held) = (stalled.clone(), held.clone());
+        async move { stalled.call::<Echo>(&held).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    for (round, len) in [8 << 20, 3 << 20, (8 << 20) - 5, 2 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let payload = ByteBuf::from(vec![0x5a ^ round as u8; len]);
+        assert_eq!(
+            other.call::<Echo>(&payload).await.unwrap(),
+            payload,
+            "round {round}"
+        );
+    }
+    assert!(
+        !pending.is_finished(),
+        "the stalled worker's request was still being written during the other worker's calls"
+    );
+    kill_process(pid, Signal::CONT).unwrap();
+    assert_eq!(pending.await.unwrap().unwrap(), held);
+    stalled.shutdown().await;
+    other.shutdown().await;
 }
