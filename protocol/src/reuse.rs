@@ -8,6 +8,12 @@
 //! one whose capacity fits. A buffer is reused only when the written body was its one
 //! reference, and is emptied first: a body never carries bytes of an earlier one.
 //!
+//! The buffers are the process's, shared by every host and worker in it, and are kept for its
+//! life: at most [`KEPT`] of them, each allocated to the exact length of a body written from
+//! it, so at most twice the largest `max_frame` the process has used (32 MiB at the defaults). Emptied is not wiped: a kept
+//! buffer still holds, behind its length, the bytes of the body last written from it, until a
+//! later body overwrites them.
+//!
 //! ```
 //! use airlock_protocol::reuse::{encode_body, give_back, REUSED_FROM};
 //!
@@ -31,7 +37,7 @@ use serde::Serialize;
 pub const REUSED_FROM: usize = 1024 * 1024;
 
 /// Most buffers a process keeps: a body being encoded while the last one is written.
-const KEPT: usize = 2;
+pub const KEPT: usize = 2;
 
 /// The process's spare buffers, each empty, each of at least [`REUSED_FROM`] bytes.
 static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
@@ -44,14 +50,19 @@ pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeEr
     airlock_codec::to_extend(value, buffer)
 }
 
-/// An empty kept buffer with room for `len` bytes, if one is free and `len` is large enough
-/// to be worth it.
+/// The smallest empty kept buffer with room for `len` bytes, if one is free and `len` is large
+/// enough to be worth it. The smallest: a larger one stays for a larger body, and a body holds
+/// no more memory than it must while it is written.
 fn take(len: usize) -> Option<Vec<u8>> {
     if len < REUSED_FROM {
         return None;
     }
     let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
-    let at = spare.iter().position(|buffer| buffer.capacity() >= len)?;
+    let (at, _) = spare
+        .iter()
+        .enumerate()
+        .filter(|(_, buffer)| buffer.capacity() >= len)
+        .min_by_key(|(_, buffer)| buffer.capacity())?;
     Some(spare.swap_remove(at))
 }
 
@@ -76,9 +87,18 @@ pub fn give_back(body: Bytes) {
 mod tests {
     use super::*;
 
-    /// One test: the pool is the process's, and tests run in parallel.
+    /// The pool is the process's and tests run in parallel: each test holds this while it
+    /// uses the pool, and starts from an empty one.
+    fn pool_alone() -> std::sync::MutexGuard<'static, ()> {
+        static ALONE: Mutex<()> = Mutex::new(());
+        let alone = ALONE.lock().unwrap_or_else(PoisonError::into_inner);
+        SPARE.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        alone
+    }
+
     #[test]
     fn a_written_body_comes_back_empty_and_is_reused_only_when_unshared() {
+        let _alone = pool_alone();
         let old = vec![0xAAu8; 3 * REUSED_FROM];
         let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
         let at = body.as_ptr();
@@ -95,6 +115,55 @@ mod tests {
             encoded,
             airlock_codec::to_vec(serde_bytes::Bytes::new(&new)).unwrap(),
             "nothing of the earlier body"
+        );
+    }
+
+    #[test]
+    fn a_slice_of_a_body_keeps_its_buffer_out_and_a_sliced_body_gives_back_the_whole_buffer() {
+        let _alone = pool_alone();
+        let old = vec![0xAAu8; 3 * REUSED_FROM];
+        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let view = body.slice(..16);
+        give_back(body);
+        assert!(
+            take(REUSED_FROM).is_none(),
+            "kept while a slice of it lives"
+        );
+        drop(view);
+
+        // The only reference left is a view that starts inside its buffer.
+        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let (at, len) = (body.as_ptr(), body.len());
+        let inner = body.slice(1..);
+        drop(body);
+        give_back(inner);
+        let kept = take(len).expect("the sliced body's buffer, kept");
+        assert_eq!(kept.as_ptr(), at, "from the start of its allocation");
+        assert!(kept.is_empty() && kept.capacity() >= len);
+    }
+
+    #[test]
+    fn a_body_takes_the_smallest_kept_buffer_it_fits() {
+        let _alone = pool_alone();
+        let large = Bytes::from(vec![1u8; 8 * REUSED_FROM]);
+        let small = Bytes::from(vec![2u8; 2 * REUSED_FROM]);
+        let (large_at, small_at) = (large.as_ptr(), small.as_ptr());
+        give_back(large);
+        give_back(small);
+
+        let body = vec![3u8; REUSED_FROM + REUSED_FROM / 2];
+        let first = encode_body(serde_bytes::Bytes::new(&body)).unwrap();
+        assert_eq!(
+            first.as_ptr(),
+            small_at,
+            "the smaller buffer, not the larger"
+        );
+        let body = vec![4u8; 7 * REUSED_FROM];
+        let second = encode_body(serde_bytes::Bytes::new(&body)).unwrap();
+        assert_eq!(
+            second.as_ptr(),
+            large_at,
+            "the larger buffer, left for the larger body"
         );
     }
 }
