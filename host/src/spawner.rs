@@ -141,13 +141,9 @@ fn submit(job: Job) -> Result<Placed, SpawnerError> {
 
 /// Spawns `command` from the spawner thread, registered with the calling task's runtime: the
 /// spawn's own result, or why the spawner thread could not give one.
-pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
-    let runtime = tokio::runtime::Handle::current();
+pub(crate) async fn spawn(command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
     let (done, result) = oneshot::channel();
-    let placed = submit(Box::new(move || {
-        let _entered = runtime.enter();
-        let _ = done.send(command.spawn());
-    }))?;
+    let placed = submit(spawn_job(tokio::runtime::Handle::current(), command, done))?;
     match tokio::time::timeout(SPAWN_TIMEOUT, result).await {
         Ok(Ok(spawned)) => Ok(spawned),
         Ok(Err(_)) => Err(SpawnerError::Dropped),
@@ -159,15 +155,33 @@ pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>
     }
 }
 
+/// The job that spawns `command`, registered with `runtime`, and sends the outcome to `done`;
+/// it starts nothing if nobody waits for it any more. A job queued behind a spawn that hung
+/// runs only when that one returns, long after its own caller was told
+/// [`SpawnerError::NoAnswer`]: a worker forked then would be forked for nobody.
+fn spawn_job(
+    runtime: tokio::runtime::Handle,
+    mut command: Command,
+    done: oneshot::Sender<std::io::Result<Child>>,
+) -> Job {
+    Box::new(move || {
+        if done.is_closed() {
+            return;
+        }
+        let _entered = runtime.enter();
+        let _ = done.send(command.spawn());
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A spawner thread that stopped answering is replaced, but keeps running: the workers it
-    /// forked die with the thread (their parent-death signal), not with the host.
-    /// Tests that retire threads run one at a time: they watch the same slots.
+    /// Tests that retire or hang threads run one at a time: they watch the same slots.
     static RETIRING: Mutex<()> = Mutex::new(());
 
+    /// A spawner thread that stopped answering is replaced, but keeps running: the workers it
+    /// forked die with the thread (their parent-death signal), not with the host.
     #[test]
     fn a_forgotten_spawner_thread_keeps_running() {
         let _alone = RETIRING
@@ -240,6 +254,72 @@ mod tests {
             in_service,
             Some(successor),
             "a thread that answers every job was taken out of service (and kept for ever)"
+        );
+    }
+
+    /// Queues a spawn of `touch marker` behind jobs that hang every slot, with its caller
+    /// waiting or gone, then lets the slots go; true if the command ran.
+    fn queued_spawn_ran(caller_waits: bool, marker: &std::path::Path) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let mut releases = Vec::new();
+        let mut hung = std::collections::BTreeSet::new();
+        while hung.len() < spawners_in_use() {
+            let (release, hang) = mpsc::channel::<()>();
+            let placed = submit(Box::new(move || {
+                let _ = hang.recv();
+            }))
+            .expect("a spawner thread takes the hanging job");
+            hung.insert(placed.slot);
+            releases.push(release);
+        }
+        let mut command = Command::new("touch");
+        command.arg(marker).kill_on_drop(false);
+        let (done, result) = oneshot::channel();
+        let queued = submit(spawn_job(runtime.handle().clone(), command, done))
+            .expect("a spawner thread takes the spawn");
+        if !caller_waits {
+            drop(result); // the caller's spawn timed out
+        }
+        drop(releases);
+        // Jobs run in order: one that ran after the spawn on the same thread says it is done.
+        let _ = (0..64).find(|_| {
+            let (ran, answered) = mpsc::channel();
+            let placed = submit(Box::new(move || {
+                let _ = ran.send(());
+            }))
+            .expect("a spawner thread takes the job");
+            let _ = answered.recv_timeout(SPAWN_TIMEOUT);
+            placed.tid == queued.tid
+        });
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while caller_waits && !marker.exists() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !caller_waits {
+            // Time for a child that was started to have run.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        marker.exists()
+    }
+
+    #[test]
+    fn a_spawn_whose_caller_gave_up_is_never_started() {
+        let _alone = RETIRING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir = std::env::temp_dir().join(format!("airlock-spawner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let (waited, abandoned) = (dir.join("waited"), dir.join("abandoned"));
+        let ran_for_a_caller = queued_spawn_ran(true, &waited);
+        let ran_for_nobody = queued_spawn_ran(false, &abandoned);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(ran_for_a_caller, "a queued spawn whose caller waits runs");
+        assert!(
+            !ran_for_nobody,
+            "a queued spawn whose caller gave up was started"
         );
     }
 }
