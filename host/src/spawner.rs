@@ -88,7 +88,9 @@ fn start_thread() -> Result<Spawner, SpawnerError> {
 
 /// Spawner threads taken out of service. Their job queues stay open for the life of the
 /// process: a thread whose queue closed would exit, and every worker it ever forked would get
-/// its parent-death signal while the host lives on.
+/// its parent-death signal while the host lives on. One idle thread is kept per spawner
+/// thread that ever failed to answer within [`SPAWN_TIMEOUT`] (a fork that hung for 30 s, which
+/// a worker cannot cause: the fork and its set-up run before any of the worker's code).
 static RETIRED: Mutex<Vec<Spawner>> = Mutex::new(Vec::new());
 
 /// Where a job went: its slot, and the thread that held the slot then.
@@ -119,22 +121,42 @@ fn forget(placed: Placed) {
 }
 
 /// Hands `job` to one of this process's spawner threads, starting it if there is none; returns
-/// where it went.
+/// where it went. A slot's lock is held only to read or install its thread, never while a
+/// thread starts: a process forked from the host while the lock is held would inherit it
+/// held for good, and its first spawn in that slot would never return.
 fn submit(job: Job) -> Result<Placed, SpawnerError> {
     let slot = NEXT.fetch_add(1, Ordering::Relaxed) % spawners_in_use();
-    let mut spawner = SPAWNERS[slot].lock().map_err(|_| SpawnerError::Poisoned)?;
-    let (jobs, tid) = match spawner.as_ref() {
-        Some(current) if current.is_ours() => (current.jobs.clone(), current.tid),
-        _ => {
+    let in_service = |spawner: &Option<Spawner>| {
+        spawner
+            .as_ref()
+            .filter(|current| current.is_ours())
+            .map(|current| (current.jobs.clone(), current.tid))
+    };
+    let current = in_service(&*SPAWNERS[slot].lock().map_err(|_| SpawnerError::Poisoned)?);
+    let (jobs, tid) = match current {
+        Some(current) => current,
+        None => {
             let fresh = start_thread()?;
-            let placed = (fresh.jobs.clone(), fresh.tid);
-            *spawner = Some(fresh);
-            placed
+            let mut spawner = SPAWNERS[slot].lock().map_err(|_| SpawnerError::Poisoned)?;
+            // Another spawn may have installed a thread meanwhile: that one serves, and the
+            // fresh one, which forked nothing, ends as its queue closes.
+            match in_service(&spawner) {
+                Some(installed) => installed,
+                None => {
+                    let placed = (fresh.jobs.clone(), fresh.tid);
+                    *spawner = Some(fresh);
+                    placed
+                }
+            }
         }
     };
     jobs.send(job).map(|()| Placed { slot, tid }).map_err(|_| {
         // The thread is gone (it never is, but be ready): forget it so the next spawn retries.
-        *spawner = None;
+        if let Ok(mut spawner) = SPAWNERS[slot].lock() {
+            if spawner.as_ref().map(|current| current.tid) == Some(tid) {
+                *spawner = None;
+            }
+        }
         SpawnerError::Gone
     })
 }
