@@ -209,14 +209,7 @@ mod tests {
         let _alone = RETIRING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (done, answered) = mpsc::channel();
-        let placed = submit(Box::new(move || {
-            let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
-        }))
-        .expect("a spawner thread starts");
-        let tid = answered
-            .recv_timeout(SPAWN_TIMEOUT)
-            .expect("the spawner thread runs its job");
+        let (placed, tid) = submit_reporting_thread();
         forget(placed);
         // A thread whose queue closed ends at once; give it the moment it would take.
         std::thread::sleep(Duration::from_millis(100));
@@ -226,17 +219,24 @@ mod tests {
         );
     }
 
+    /// Submits a job that reports the id of the thread running it; returns where it went and
+    /// that id.
+    fn submit_reporting_thread() -> (Placed, i32) {
+        let (done, answered) = mpsc::channel();
+        let placed = submit(Box::new(move || {
+            let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
+        }))
+        .expect("a spawner thread takes the job");
+        let tid = answered
+            .recv_timeout(SPAWN_TIMEOUT)
+            .expect("the spawner thread runs its job");
+        (placed, tid)
+    }
+
     /// Submits trivial jobs until one lands in `slot`; returns the id of the thread that ran it.
     fn thread_serving(slot: usize) -> i32 {
         for _ in 0..64 {
-            let (done, answered) = mpsc::channel();
-            let landed = submit(Box::new(move || {
-                let _ = done.send(rustix::thread::gettid().as_raw_nonzero().get());
-            }))
-            .expect("a spawner thread takes the job");
-            let tid = answered
-                .recv_timeout(SPAWN_TIMEOUT)
-                .expect("the spawner thread runs its job");
+            let (landed, tid) = submit_reporting_thread();
             if landed.slot == slot {
                 return tid;
             }
