@@ -267,6 +267,18 @@ pub(crate) fn close_all_except(keep: &[RawFd]) {
     close(next, u32::MAX);
 }
 
+/// Unmaps `len` bytes at `start`: the host's memory in a forked copy of it that never
+/// `exec`s (see `confinement::host_memory`). Errors are ignored: a range that is no longer
+/// mapped has nothing to drop.
+pub(crate) fn unmap_forked_host_memory(start: usize, len: usize) {
+    // SAFETY: called only by the keeper and init, single-threaded forks of the host, once
+    // their set-up is done: from then on they run only system calls on integers and on their
+    // own stack, which is never in the list, and never return into the host's code. Nothing
+    // they still run refers to the heap or the other anonymous mappings unmapped here, and a
+    // stray access would fault (ending that process), not read other memory.
+    let _ = unsafe { rustix::mm::munmap(start as *mut std::ffi::c_void, len) };
+}
+
 /// Ends this process by `signal` (its default action), as the process it mirrors ended; if
 /// the signal does not end it, exits with 128 + signal.
 pub(crate) fn die_by_signal(signal: i32) -> ! {

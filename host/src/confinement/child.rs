@@ -3,11 +3,13 @@
 //!
 //! ```text
 //! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──fork──▶ worker (PID 2)
-//!                  │ write uid/gid maps          │ parent-death signal,   │ own session
-//!                  │ oom_score_adj, "go"          │   wait for "go"        ▼ exec
-//!                  │ cgroup, "joined"             │ copy granted paths (open_tree)
+//!                  │ list the host's memory       │ parent-death signal,   │ own session
+//!                  │ write uid/gid maps           │   wait for "go"        ▼ exec
+//!                  │ oom_score_adj, "go"          │ copy granted paths (open_tree)
+//!                  │ cgroup, "joined"             │
 //!                  │ report init's pid            │
 //!                  │ close every descriptor       │
+//!                  │ drop the host's memory       │
 //!                  │ wait; end as the worker did  │ become uid/gid (root host: nobody),
 //!                  ▼                              │   parent-death signal again
 //!                                                 │ build root, pivot_root, read-only
@@ -16,17 +18,21 @@
 //!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp
 //!                                                 │ fork the worker, close everything
+//!                                                 │ drop the host's memory
 //!                                                 ▼ reap; report the worker's status; exit
 //! ```
 //!
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
-//! failing step writes `(step, errno)` to the report pipe so the host can name it.
+//! failing step writes `(step, errno)` to the report pipe so the host can name it. The keeper
+//! and init never `exec`: once only their wait is left, they unmap their copy of the host's
+//! memory (`host_memory`), which they would otherwise hold for the worker's whole life.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use rustix::io::Errno;
 
 use super::error::ConfinementStep;
+use super::host_memory::HostMemory;
 use super::plan::{ChildPlan, REPORT_ERROR, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
@@ -54,10 +60,12 @@ impl ChildPlan {
     /// The keeper: creates the worker, maps its ids, lets it go, reports its pid, then stays
     /// as its parent until it ends. Returns only in the worker, or on failure.
     fn keep(&mut self) -> StepResult {
+        // Read while this is still the host's `/proc`; init inherits the list with the stack.
+        let host_memory = HostMemory::read();
         let pid = crate::sys::clone_into_namespaces(super::namespaces::CLONE_FLAGS)
             .map_err(|e| (ConfinementStep::CreateNamespaces, e))?;
         if pid == 0 {
-            return self.init();
+            return self.init(&host_memory);
         }
         self.identity
             .write_maps(pid)
@@ -97,6 +105,8 @@ impl ChildPlan {
         );
         let _ =
             rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+        // From here on only the wait below runs, on this stack: the host's memory goes.
+        host_memory.drop_all();
         loop {
             match rustix::process::waitpid(
                 rustix::process::Pid::from_raw(pid),
@@ -132,7 +142,7 @@ impl ChildPlan {
     /// the namespace's init. An init that never execs keeps its parent-death signal whatever
     /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
     /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
-    fn init(&mut self) -> StepResult {
+    fn init(&mut self, host_memory: &HostMemory) -> StepResult {
         use ConfinementStep::Synchronise;
         self.go_write = None;
         self.status_read = None;
@@ -194,6 +204,9 @@ impl ChildPlan {
         drop(go);
         let status = self.status_write.take();
         crate::sys::close_all_except(&[status.as_ref().map_or(-1, |f| f.as_raw_fd())]);
+        // Only the wait below runs from here, on this stack: the host's memory goes (the
+        // worker forked above has its own copy, which its `exec` replaces).
+        host_memory.drop_all();
         loop {
             match rustix::process::wait(rustix::process::WaitOptions::empty()) {
                 Ok(Some((pid, ended))) if pid.as_raw_nonzero().get() == worker => {

@@ -22,6 +22,7 @@
 mod cgroup;
 mod child;
 mod error;
+mod host_memory;
 mod landlock;
 mod mounts;
 mod namespaces;
