@@ -27,6 +27,7 @@
 
 mod alloc_count;
 mod fill_worker;
+mod held_memory;
 mod links;
 mod peak_rss;
 mod peer;
@@ -65,6 +66,7 @@ fn main() -> ExitCode {
         Some("phase") => phase(&args[1..]),
         Some("calls") => profile_calls(&args[1..]),
         Some("spawns") => profile_spawns(&args[1..]),
+        Some("held") => profile_held_memory(&args[1..]),
         _ => options(&args).and_then(|o| orchestrate(&o)),
     };
     match result {
@@ -182,6 +184,22 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     spawn_phases::run(n, &options.worker, unconfined)?;
     drop(std::hint::black_box(ballast));
     Ok(())
+}
+
+/// `held N --worker PATH [--unconfined] [--resident MIB]`: the memory N workers keep once
+/// their host rewrites its data (`held_memory.rs`).
+fn profile_held_memory(args: &[String]) -> Result<(), Error> {
+    let n: u32 = args.first().ok_or(USAGE)?.parse()?;
+    let unconfined = args.iter().any(|a| a == "--unconfined");
+    let resident = number_after(args, "--resident")?.unwrap_or(1024);
+    let worker = value_after(args, "--worker")?;
+    held_memory::run(n, &worker, unconfined, resident)
+}
+
+/// The argument after `flag`, which must be there.
+fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
+    let at = args.iter().position(|a| a == flag).ok_or(USAGE)?;
+    Ok(args.get(at + 1).ok_or(USAGE)?.clone())
 }
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES]`: N small calls on one

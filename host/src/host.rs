@@ -155,7 +155,9 @@ impl HostBuilder {
     /// keeper, the sandbox's init and the worker), and a fork copies the page tables of all
     /// the memory the process holds: a spawn takes longer the larger the host has grown
     /// (measured on a 2-vCPU VM with 512 MiB resident: 17 ms unconfined, 50 ms strict, against
-    /// 2–6 ms in a small process). Start long-lived workers and pools early.
+    /// 2–6 ms in a small process). Start long-lived workers and pools early. The keeper and
+    /// init, which never `exec`, unmap their copy of this process's memory once the sandbox is
+    /// built, so a worker does not keep the host's memory resident as it was at the spawn.
     pub async fn spawn(self) -> Result<Host, SpawnError> {
         if !self.settings.confinement.is_confined() {
             tracing::warn!(
