@@ -160,6 +160,21 @@ impl MethodName {
         is_valid_name_bytes(&bytes).then_some(Self(bytes))
     }
 
+    /// The name's bytes, as validated on construction (ASCII), without checking them again.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The name's length in bytes (at most [`MAX_METHOD_NAME`](crate::MAX_METHOD_NAME)).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true: a method name has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The name. Always ASCII.
     pub fn as_str(&self) -> &str {
         // Validated as ASCII on construction, so this never takes the fallback.

@@ -211,7 +211,7 @@ impl Encoder {
         &mut self,
         tag: BodyTag,
         id: CallId,
-        method: &str,
+        method: &[u8],
         body: Bytes,
     ) -> Transmit {
         // Prefix, tag, id, name length (one byte: names are at most 64), name, body length.
@@ -230,7 +230,7 @@ impl Encoder {
         put(&[tag as u8]);
         put(&id.to_bytes());
         put(varint(method.len() as u64).as_slice());
-        put(method.as_bytes());
+        put(method);
         put(varint(body.len() as u64).as_slice());
         let frame_len = (at - 4 + body.len()) as u32;
         if let Some(prefix) = head.get_mut(..4) {

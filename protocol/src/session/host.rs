@@ -224,7 +224,9 @@ impl HostSession {
                 break id;
             }
         };
-        let transmit = self.encoder.with_body(BodyTag::Call, id, &method, body);
+        let transmit = self
+            .encoder
+            .with_body(BodyTag::Call, id, method.as_bytes(), body);
         self.calls.insert(
             id,
             PendingCall {

@@ -164,7 +164,7 @@ impl WorkerSession {
     pub fn reply_progress(&mut self, id: CallId, body: Bytes) -> Result<(), ReplyError> {
         let welcome = self.welcome()?;
         let call = self.calls.get_mut(&id).ok_or(ReplyError::NoSuchCall)?;
-        check_size(call.method.as_str(), &body, welcome.max_frame)?;
+        check_size(call.method.len(), &body, welcome.max_frame)?;
         if call.progress >= welcome.max_progress_per_call {
             return Err(ReplyError::ProgressQuota {
                 max: welcome.max_progress_per_call,
@@ -173,7 +173,7 @@ impl WorkerSession {
         call.progress += 1;
         let transmit = self
             .encoder
-            .with_body(BodyTag::Progress, id, call.method.as_str(), body);
+            .with_body(BodyTag::Progress, id, call.method.as_bytes(), body);
         self.transmits.push_back(transmit);
         Ok(())
     }
@@ -182,10 +182,10 @@ impl WorkerSession {
     pub fn reply_return(&mut self, id: CallId, body: Bytes) -> Result<(), ReplyError> {
         let welcome = self.welcome()?;
         let call = self.calls.get(&id).ok_or(ReplyError::NoSuchCall)?;
-        check_size(call.method.as_str(), &body, welcome.max_frame)?;
+        check_size(call.method.len(), &body, welcome.max_frame)?;
         let transmit = self
             .encoder
-            .with_body(BodyTag::Return, id, call.method.as_str(), body);
+            .with_body(BodyTag::Return, id, call.method.as_bytes(), body);
         self.finish(id);
         self.transmits.push_back(transmit);
         Ok(())
@@ -423,8 +423,8 @@ fn check_welcome(welcome: &Welcome) -> Result<(), ()> {
     }
 }
 
-fn check_size(method: &str, body: &Bytes, max_frame: u32) -> Result<(), ReplyError> {
-    if body_frame_len(method.len(), body.len()) > max_frame as usize {
+fn check_size(method_len: usize, body: &Bytes, max_frame: u32) -> Result<(), ReplyError> {
+    if body_frame_len(method_len, body.len()) > max_frame as usize {
         return Err(ReplyError::TooLarge {
             len: body.len(),
             max: max_frame,
