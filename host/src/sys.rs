@@ -279,6 +279,40 @@ pub(crate) fn unmap_forked_host_memory(start: usize, len: usize) {
     let _ = unsafe { rustix::mm::munmap(start as *mut std::ffi::c_void, len) };
 }
 
+/// Ignores every signal this process has a handler for, but `SIGCHLD`, which goes back to its
+/// default: a forked copy of the host about to unmap the host's memory (see
+/// `confinement::host_memory`) must never run one of the host's handlers, which would fault
+/// on that memory. Ignoring keeps what the handler's return meant (the process goes on);
+/// `SIGCHLD` ignored would have the kernel reap children before `wait` reports them.
+/// Dispositions left default or ignored stay as they are.
+pub(crate) fn ignore_handled_signals() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero `sigaction` is a valid value of the plain C struct; with a null
+        // new action the first call only reads the disposition into it, and the second
+        // installs `SIG_IGN` or `SIG_DFL`, neither of which runs code here. Numbers the
+        // kernel does not accept (32 and 33 under glibc) fail the read and are skipped.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0
+                || current.sa_sigaction == libc::SIG_DFL
+                || current.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            let mut replacement: libc::sigaction = std::mem::zeroed();
+            replacement.sa_sigaction = if signal == libc::SIGCHLD {
+                libc::SIG_DFL
+            } else {
+                libc::SIG_IGN
+            };
+            libc::sigaction(signal, &replacement, std::ptr::null_mut());
+        }
+    }
+}
+
 /// Ends this process by `signal` (its default action), as the process it mirrors ended; if
 /// the signal does not end it, exits with 128 + signal.
 pub(crate) fn die_by_signal(signal: i32) -> ! {

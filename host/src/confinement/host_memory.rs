@@ -17,6 +17,12 @@
 //!
 //! Between fork and `exec` nothing may allocate: the list is a fixed array on the stack, and
 //! `/proc/self/maps` is read through a fixed buffer.
+//!
+//! The host's signal handlers are inherited too, and the keeper keeps them until then (init
+//! resets its own): each would run on the host's memory (tokio's reads its registry on the
+//! heap), so before the unmapping every handled signal becomes ignored, but `SIGCHLD`, which
+//! goes back to its default. A handled signal still changes nothing (the handler returned),
+//! and the keeper still ends as its worker did.
 
 use std::os::fd::OwnedFd;
 
@@ -112,8 +118,10 @@ impl HostMemory {
     }
 
     /// Unmaps every listed range. Only for a forked copy of the host that will run nothing
-    /// but system calls on its own stack until it exits (see the module docs).
+    /// but system calls on its own stack until it exits (see the module docs). First, no
+    /// handler of the host's may run any more: it would fault on the memory unmapped here.
     pub(crate) fn drop_all(&self) {
+        crate::sys::ignore_handled_signals();
         for &(start, end) in self.ranges() {
             crate::sys::unmap_forked_host_memory(start, end - start);
         }
