@@ -26,8 +26,10 @@
 
 use std::os::fd::OwnedFd;
 
-/// Ranges kept at most. Adjacent mappings merge into one range, so a host rarely has more;
-/// past it the largest are kept, which hold most of the memory.
+/// Ranges kept at most. Anonymous mappings with only unmapped gaps between them merge into
+/// one range (unmapping a gap does nothing), so only the mappings that stay (files, shared
+/// memory, the stack) separate ranges and a host rarely has more; past it the largest are
+/// kept, which hold most of the memory.
 const MAX_RANGES: usize = 256;
 
 /// Bytes of `/proc/self/maps` read at a time: a line longer than this has a long path, so it
@@ -40,6 +42,9 @@ const READ_CHUNK: usize = 4096;
 pub(crate) struct HostMemory {
     ranges: [(usize, usize); MAX_RANGES],
     len: usize,
+    /// The range the next anonymous mapping extends: the last one listed, unless a mapping
+    /// that stays came after it (a range reaching over that would unmap it).
+    open: Option<usize>,
 }
 
 impl HostMemory {
@@ -48,6 +53,7 @@ impl HostMemory {
         Self {
             ranges: [(0, 0); MAX_RANGES],
             len: 0,
+            open: None,
         }
     }
 
@@ -80,35 +86,40 @@ impl HostMemory {
         }
     }
 
-    /// Records `line` if it is a private anonymous mapping that does not hold `stack`.
+    /// Records `line` if it is a private anonymous mapping that does not hold `stack`; any
+    /// other line (one that could not be read whole too) is a mapping that stays.
     fn add_line(&mut self, line: &[u8], stack: usize) {
-        let Some((start, end)) = anonymous_range(line) else {
-            return;
-        };
-        if (start..end).contains(&stack) {
-            return;
+        match anonymous_range(line) {
+            Some((start, end)) if !(start..end).contains(&stack) => self.add(start, end),
+            _ => self.keep_mapping(),
         }
-        self.add(start, end);
     }
 
+    /// A mapping that stays lies between the last range and the next: they stay apart.
+    fn keep_mapping(&mut self) {
+        self.open = None;
+    }
+
+    /// Adds the next anonymous mapping, `maps` order (ascending): it extends the open range
+    /// over the gap between them, or starts a new one.
     fn add(&mut self, start: usize, end: usize) {
-        if let Some(last) = self.ranges[..self.len].last_mut() {
-            if last.1 == start {
-                last.1 = end;
-                return;
-            }
+        if let Some(open) = self.open {
+            self.ranges[open].1 = end;
+            return;
         }
         if self.len < MAX_RANGES {
             self.ranges[self.len] = (start, end);
+            self.open = Some(self.len);
             self.len += 1;
             return;
         }
-        // Full: the new range replaces the smallest one if it is larger.
+        // Full: the new range replaces the smallest one if it is larger (and stays open;
+        // else the next starts afresh, as nothing else may reach over this one's place).
         let size = |r: &(usize, usize)| r.1 - r.0;
-        if let Some(smallest) = self.ranges.iter_mut().min_by_key(|r| size(r)) {
-            if size(smallest) < end - start {
-                *smallest = (start, end);
-            }
+        let smallest = (0..self.len).min_by_key(|i| size(&self.ranges[*i]));
+        if let Some(smallest) = smallest.filter(|i| size(&self.ranges[*i]) < end - start) {
+            self.ranges[smallest] = (start, end);
+            self.open = Some(smallest);
         }
     }
 
@@ -200,10 +211,14 @@ impl Lines {
         }
         self.buf.copy_within(start..self.len, 0);
         self.len -= start;
-        if self.len == self.buf.len() {
-            // A line longer than the buffer: a long path, so not anonymous memory.
-            self.len = 0;
+        if self.len == self.buf.len() && !self.skipping {
+            // A line longer than the buffer: a long path, so not anonymous memory. It is a
+            // line all the same (a mapping that stays): handed on empty, which lists nothing.
+            each(&[]);
             self.skipping = true;
+        }
+        if self.len == self.buf.len() {
+            self.len = 0;
         }
     }
 }
@@ -245,14 +260,14 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     #[test]
-    fn only_private_anonymous_mappings_are_listed_and_neighbours_merge() {
+    fn only_private_anonymous_mappings_are_listed_and_merge_over_gaps_only() {
         // The thread's stack: the mapping after its guard page.
         let stack = 0x7f3000400000;
+        // The heap reaches over the gap to the next anonymous mappings; the shared mapping
+        // and the stack end a range; the special mappings are not listed.
         let expected = vec![
-            (0x5581c4000000, 0x5581c4021000),
-            (0x7f0000000000, 0x7f0004000000),
-            (0x7f2000000000, 0x7f2000800000),
-            (0x7f3000000000, 0x7f3000001000),
+            (0x5581c4000000, 0x7f0004000000),
+            (0x7f2000000000, 0x7f3000001000),
             (0x7ffd00000000, 0x7ffd00021000),
         ];
         assert_eq!(parse(MAPS, stack, 4096), expected);
@@ -263,13 +278,41 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     }
 
     #[test]
-    fn a_line_longer_than_the_buffer_is_skipped_whole() {
+    fn a_line_longer_than_the_buffer_is_skipped_whole_and_keeps_its_neighbours_apart() {
         let long = format!(
-            "7f4000000000-7f4000001000 rw-p 00000000 00:00 0 {}\n\
+            "7f3000000000-7f3000001000 rw-p 00000000 00:00 0 \n\
+             7f4000000000-7f4000001000 r-xp 00000000 08:01 42 /{}\n\
              7f5000000000-7f5000001000 rw-p 00000000 00:00 0 \n",
             "x".repeat(READ_CHUNK * 2)
         );
-        assert_eq!(parse(&long, 0, 512), vec![(0x7f5000000000, 0x7f5000001000)]);
+        let expected = vec![
+            (0x7f3000000000, 0x7f3000001000),
+            (0x7f5000000000, 0x7f5000001000),
+        ];
+        for chunk in [1, 512, READ_CHUNK] {
+            assert_eq!(parse(&long, 0, chunk), expected, "chunk {chunk}");
+        }
+        // Exactly as long as the buffer, with or without its newline: skipped the same.
+        let path = "y".repeat(READ_CHUNK - "7f4000000000-7f4000001000 r-xp 0 08:01 42 /".len());
+        for extra in [0, 1] {
+            let exact = format!(
+                "7f3000000000-7f3000001000 rw-p 00000000 00:00 0 \n\
+                 7f4000000000-7f4000001000 r-xp 0 08:01 42 /{}{}\n\
+                 7f5000000000-7f5000001000 rw-p 00000000 00:00 0 \n",
+                path,
+                "z".repeat(extra)
+            );
+            assert_eq!(parse(&exact, 0, 100), expected, "extra {extra}");
+        }
+    }
+
+    #[test]
+    fn a_line_one_short_of_the_buffer_is_parsed() {
+        let name =
+            "n".repeat(READ_CHUNK - 1 - "7f4000000000-7f4000001000 rw-p 0 00:00 0 [anon:]".len());
+        let line = format!("7f4000000000-7f4000001000 rw-p 0 00:00 0 [anon:{name}]\n");
+        assert_eq!(line.len(), READ_CHUNK);
+        assert_eq!(parse(&line, 0, 100), vec![(0x7f4000000000, 0x7f4000001000)]);
     }
 
     #[test]
@@ -279,10 +322,33 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         for i in 0..(MAX_RANGES + 10) {
             let start = i * 0x100_0000;
             found.add(start, start + 0x1000 * (i + 1));
+            found.keep_mapping();
         }
         assert_eq!(found.ranges().len(), MAX_RANGES);
         let smallest = found.ranges().iter().map(|r| r.1 - r.0).min();
         assert_eq!(smallest, Some(0x1000 * 11));
+    }
+
+    #[test]
+    fn past_the_cap_a_range_never_reaches_over_a_mapping_that_stays() {
+        let mut found = HostMemory::empty();
+        for i in 0..MAX_RANGES {
+            let start = (i + 1) * 0x100_0000;
+            found.add(start, start + 0x10_0000);
+            found.keep_mapping();
+        }
+        // Too small to be kept: the next one must not extend a range kept before it.
+        found.add(0x7000_0000_0000, 0x7000_0000_1000);
+        found.add(0x7000_1000_0000, 0x7000_2000_0000);
+        let reaching = found
+            .ranges()
+            .iter()
+            .filter(|r| r.0 < 0x7000_0000_0000 && r.1 > 0x7000_0000_0000)
+            .count();
+        assert_eq!(reaching, 0, "{:x?}", found.ranges());
+        assert!(found
+            .ranges()
+            .contains(&(0x7000_1000_0000, 0x7000_2000_0000)));
     }
 
     #[test]
