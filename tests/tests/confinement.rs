@@ -468,6 +468,42 @@ async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
     host.shutdown().await;
 }
 
+/// The keeper mirrors a worker's end after it dropped the host's memory: it raises the same
+/// signal on itself (through libc, on its own stack), and the host reports that signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keeper_ends_by_the_signal_that_ended_its_worker() {
+    for signal in [
+        rustix::process::Signal::ABORT,
+        rustix::process::Signal::TERM,
+        rustix::process::Signal::USR1,
+    ] {
+        let host = Host::builder(attack_bin()).spawn().await.unwrap();
+        let worker = host.worker_pid().unwrap();
+        let call = {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.call::<Attack>(&("stall".to_string(), "60".to_string()))
+                    .await
+            })
+        };
+        while host.in_flight() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(worker as i32).unwrap(),
+            signal,
+        )
+        .unwrap();
+        match call.await.unwrap() {
+            Err(CallError::WorkerLost(LostReason::Exited(exit))) => {
+                assert_eq!(exit.signal, Some(signal.as_raw()), "{exit}")
+            }
+            other => panic!("expected the worker's exit by {signal:?}, got {other:?}"),
+        }
+        host.shutdown().await;
+    }
+}
+
 /// The host's layers confine any program, not only one built on `airlock-worker`: here a
 /// Python script (Debian's `/usr/bin/python3`, found in the worker's `/usr`) probes its
 /// sandbox and writes what it found to the one directory it is granted, then exits without a
