@@ -12,7 +12,8 @@
 //! `mmap`ed buffers) from `/proc/self/maps` while the host's `/proc` is still mounted, and
 //! [`HostMemory::drop_all`] unmaps them. What the loop still runs on stays: this thread's own
 //! stack (which also holds its thread-local storage), and the file-backed mappings (the code,
-//! libc's data). An unmapped page touched by mistake is a crash of the keeper or init (the
+//! libc's data) with the anonymous `.bss` that follows each (libc's and the loader's
+//! globals). An unmapped page touched by mistake is a crash of the keeper or init (the
 //! host sees the worker end), never a silent read of other memory.
 //!
 //! Between fork and `exec` nothing may allocate: the list is a fixed array on the stack, and
@@ -45,6 +46,10 @@ pub(crate) struct HostMemory {
     /// The range the next anonymous mapping extends: the last one listed, unless a mapping
     /// that stays came after it (a range reaching over that would unmap it).
     open: Option<usize>,
+    /// Where the last line's mapping ends, if it maps a file: an unnamed anonymous mapping
+    /// that starts right there is that file's `.bss` (libc's and the loader's globals), which
+    /// stays.
+    file_end: Option<usize>,
 }
 
 impl HostMemory {
@@ -54,6 +59,7 @@ impl HostMemory {
             ranges: [(0, 0); MAX_RANGES],
             len: 0,
             open: None,
+            file_end: None,
         }
     }
 
@@ -86,11 +92,21 @@ impl HostMemory {
         }
     }
 
-    /// Records `line` if it is a private anonymous mapping that does not hold `stack`; any
-    /// other line (one that could not be read whole too) is a mapping that stays.
+    /// Records `line` if it is a private anonymous mapping that does not hold `stack` and is
+    /// not a file's `.bss`; any other line (one that could not be read whole too) is a
+    /// mapping that stays.
     fn add_line(&mut self, line: &[u8], stack: usize) {
-        match anonymous_range(line) {
-            Some((start, end)) if !(start..end).contains(&stack) => self.add(start, end),
+        let mapping = parse_line(line);
+        let after_file = self.file_end.take();
+        self.file_end = mapping.and_then(|m| m.file_backed.then_some(m.end));
+        match mapping {
+            Some(m)
+                if m.anonymous
+                    && !(m.start..m.end).contains(&stack)
+                    && !(m.unnamed && after_file == Some(m.start)) =>
+            {
+                self.add(m.start, m.end)
+            }
             _ => self.keep_mapping(),
         }
     }
@@ -139,10 +155,23 @@ impl HostMemory {
     }
 }
 
-/// `start-end perms offset dev inode [path]`: the range, if the mapping is private (`p`),
-/// has no file (inode 0) and is the heap, a stack or unnamed or named anonymous memory.
-/// Special mappings (`[vdso]`, `[vvar]`, `[vsyscall]`, `[uprobes]`) are not ours to unmap.
-fn anonymous_range(line: &[u8]) -> Option<(usize, usize)> {
+/// One line of `/proc/self/maps`.
+#[derive(Clone, Copy)]
+struct Mapping {
+    start: usize,
+    end: usize,
+    /// Private (`p`), no file (inode 0), and the heap, a stack, or unnamed or named
+    /// anonymous memory. Special mappings (`[vdso]`, `[vvar]`, `[vsyscall]`, `[uprobes]`) are
+    /// not ours to unmap, and shared memory is not a copy of the host's.
+    anonymous: bool,
+    /// Anonymous and without a name.
+    unnamed: bool,
+    /// Maps a file (inode not 0).
+    file_backed: bool,
+}
+
+/// `start-end perms offset dev inode [path]`.
+fn parse_line(line: &[u8]) -> Option<Mapping> {
     let mut fields = line.split(|b| *b == b' ').filter(|field| !field.is_empty());
     let range = fields.next()?;
     let perms = fields.next()?;
@@ -150,20 +179,25 @@ fn anonymous_range(line: &[u8]) -> Option<(usize, usize)> {
     let _device = fields.next()?;
     let inode = fields.next()?;
     let path = fields.next().unwrap_or_default();
-    if perms.get(3) != Some(&b'p') || inode != b"0" {
-        return None;
-    }
-    let anonymous = path.is_empty()
-        || path == b"[heap]"
-        || path.starts_with(b"[stack")
-        || path.starts_with(b"[anon:");
-    if !anonymous {
-        return None;
-    }
     let dash = range.iter().position(|b| *b == b'-')?;
     let start = hex(&range[..dash])?;
     let end = hex(&range[dash + 1..])?;
-    (start < end).then_some((start, end))
+    if start >= end {
+        return None;
+    }
+    let private_without_file = perms.get(3) == Some(&b'p') && inode == b"0";
+    let anonymous = private_without_file
+        && (path.is_empty()
+            || path == b"[heap]"
+            || path.starts_with(b"[stack")
+            || path.starts_with(b"[anon:"));
+    Some(Mapping {
+        start,
+        end,
+        anonymous,
+        unnamed: anonymous && path.is_empty(),
+        file_backed: inode != b"0",
+    })
 }
 
 fn hex(digits: &[u8]) -> Option<usize> {
@@ -230,6 +264,7 @@ mod tests {
     const MAPS: &str = "\
 5581c2a00000-5581c2a2e000 r--p 00000000 08:01 1835044                    /usr/bin/host
 5581c2e2e000-5581c2e31000 rw-p 0042e000 08:01 1835044                    /usr/bin/host
+5581c2e31000-5581c2e40000 rw-p 00000000 00:00 0 
 5581c4000000-5581c4021000 rw-p 00000000 00:00 0                          [heap]
 7f0000000000-7f0000021000 rw-p 00000000 00:00 0 
 7f0000021000-7f0004000000 ---p 00000000 00:00 0 
@@ -263,8 +298,9 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     fn only_private_anonymous_mappings_are_listed_and_merge_over_gaps_only() {
         // The thread's stack: the mapping after its guard page.
         let stack = 0x7f3000400000;
-        // The heap reaches over the gap to the next anonymous mappings; the shared mapping
-        // and the stack end a range; the special mappings are not listed.
+        // The binary's `.bss` (right after its file) stays; the heap reaches over the gap to
+        // the next anonymous mappings; the shared mapping and the stack end a range; the
+        // special mappings are not listed.
         let expected = vec![
             (0x5581c4000000, 0x7f0004000000),
             (0x7f2000000000, 0x7f3000001000),
