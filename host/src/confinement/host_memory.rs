@@ -16,6 +16,12 @@
 //! globals). An unmapped page touched by mistake is a crash of the keeper or init (the
 //! host sees the worker end), never a silent read of other memory.
 //!
+//! Still held: pages of private file mappings the host wrote to (its own and its libraries'
+//! `.data`, a file it mapped privately and changed) and shared mappings, which are the
+//! host's own memory rather than copies of it. The list is read once, before init is
+//! cloned; nothing may map memory between then and the unmapping (a range reaches over the
+//! unmapped gaps between anonymous mappings, and would take a new mapping there with it).
+//!
 //! Between fork and `exec` nothing may allocate: the list is a fixed array on the stack, and
 //! `/proc/self/maps` is read through a fixed buffer.
 //!
