@@ -55,11 +55,16 @@ static SPAWNERS: [Mutex<Option<Spawner>>; MAX_SPAWNERS] =
 /// The slot the next spawn uses (round robin).
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-/// How many slots are in use: the machine's CPUs, within 1..=MAX_SPAWNERS.
+/// How many slots are in use: the machine's CPUs, within 1..=MAX_SPAWNERS. Read once per
+/// process: finding them reads the process's cgroup and its CPU quota (a dozen system calls),
+/// which every spawn would otherwise pay.
 fn spawners_in_use() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_SPAWNERS)
+    static IN_USE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *IN_USE.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_SPAWNERS)
+    })
 }
 
 fn start_thread() -> Result<Spawner, SpawnerError> {
