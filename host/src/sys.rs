@@ -286,10 +286,7 @@ pub(crate) fn unmap_forked_host_memory(start: usize, len: usize) {
 /// `SIGCHLD` ignored would have the kernel reap children before `wait` reports them.
 /// Dispositions left default or ignored stay as they are.
 pub(crate) fn ignore_handled_signals() {
-    for signal in 1..=64 {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-            continue;
-        }
+    for signal in catchable_signals() {
         // SAFETY: an all-zero `sigaction` is a valid value of the plain C struct; with a null
         // new action the first call only reads the disposition into it, and the second
         // installs `SIG_IGN` or `SIG_DFL`, neither of which runs code here. Numbers the
@@ -348,12 +345,14 @@ fn last_errno() -> rustix::io::Errno {
     )
 }
 
+/// Every signal number whose disposition can be changed (all but SIGKILL and SIGSTOP).
+fn catchable_signals() -> impl Iterator<Item = i32> {
+    (1..=64).filter(|signal| *signal != libc::SIGKILL && *signal != libc::SIGSTOP)
+}
+
 /// Resets every signal's disposition to the default (between fork and `exec`).
 pub(crate) fn reset_signal_handlers() {
-    for signal in 1..=64 {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-            continue;
-        }
+    for signal in catchable_signals() {
         // SAFETY: an all-zero `sigaction` with `SIG_DFL` (0) as its handler is a valid value;
         // `sigaction` is async-signal-safe and only reads it. Numbers the kernel does not
         // accept (32 and 33 under glibc) fail harmlessly.

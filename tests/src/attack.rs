@@ -50,3 +50,26 @@ pub async fn sibling_forgery(
     pool.shutdown().await;
     Ok((forged, stolen))
 }
+
+/// Sends `signal` to the worker of `host` (an attack worker) while a call of it is running,
+/// and returns that call's outcome: how the host reports a worker that died mid-call.
+pub async fn a_call_whose_worker_is_signalled(
+    host: &airlock_host::Host,
+    signal: rustix::process::Signal,
+) -> Result<String, airlock_host::CallError> {
+    use std::time::Duration;
+    let worker = host.worker_pid().expect("a process worker");
+    let call = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            host.call::<Attack>(&("stall".to_string(), "60".to_string()))
+                .await
+        })
+    };
+    while host.in_flight() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let pid = rustix::process::Pid::from_raw(worker as i32).expect("a worker pid");
+    rustix::process::kill_process(pid, signal).expect("the worker can be signalled");
+    call.await.expect("the call's task ends")
+}

@@ -103,6 +103,13 @@ pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
 
+/// The parent of `pid`, numbered as this process sees it (`/proc/<pid>/stat`).
+pub fn parent_of(pid: u32) -> u32 {
+    stat_fields(pid)
+        .and_then(|fields| fields.get(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no parent for {pid} in /proc"))
+}
+
 /// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is the
 /// name a confined rogue took (`air-<hex>`; its pid inside its own PID namespace names nothing here).
 pub const PID_MAX_LIMIT: u32 = 1 << 22;

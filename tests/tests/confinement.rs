@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use airlock_host::{CallError, Confinement, ConfinementMode, Host, LostReason};
-use airlock_tests::attack::{Attack, NO_SELF_FILTER};
-use airlock_tests::e2e::{attack_bin, ScratchDir};
+use airlock_tests::attack::{a_call_whose_worker_is_signalled, Attack, NO_SELF_FILTER};
+use airlock_tests::e2e::{attack_bin, parent_of, ScratchDir};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -303,7 +303,7 @@ async fn shared_memory_counts_against_the_workers_cgroup() {
     host.shutdown().await;
 }
 
-/// A number from `/proc/<pid>/status` (`PPid:`, `RssAnon:` in kB).
+/// A number from `/proc/<pid>/status` (`RssAnon:` in kB).
 fn status_field(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -311,10 +311,6 @@ fn status_field(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no {field} in the status of {pid}: {status}"))
-}
-
-fn parent_of(pid: u32) -> u32 {
-    status_field(pid, "PPid:") as u32
 }
 
 /// The keeper and init are forks of the host that never `exec`. Holding their copy of its
@@ -478,23 +474,7 @@ async fn the_keeper_ends_by_the_signal_that_ended_its_worker() {
         rustix::process::Signal::USR1,
     ] {
         let host = Host::builder(attack_bin()).spawn().await.unwrap();
-        let worker = host.worker_pid().unwrap();
-        let call = {
-            let host = host.clone();
-            tokio::spawn(async move {
-                host.call::<Attack>(&("stall".to_string(), "60".to_string()))
-                    .await
-            })
-        };
-        while host.in_flight() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(worker as i32).unwrap(),
-            signal,
-        )
-        .unwrap();
-        match call.await.unwrap() {
+        match a_call_whose_worker_is_signalled(&host, signal).await {
             Err(CallError::WorkerLost(LostReason::Exited(exit))) => {
                 assert_eq!(exit.signal, Some(signal.as_raw()), "{exit}")
             }

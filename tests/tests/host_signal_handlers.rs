@@ -10,8 +10,8 @@
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, LostReason};
-use airlock_tests::attack::Attack;
-use airlock_tests::e2e::{attack_bin, stat_fields};
+use airlock_tests::attack::a_call_whose_worker_is_signalled;
+use airlock_tests::e2e::{attack_bin, parent_of};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -24,10 +24,6 @@ fn catches(pid: u32, signal: i32) -> bool {
         .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
         .unwrap_or_else(|| panic!("no SigCgt in the status of {pid}: {status}"));
     caught & (1 << (signal - 1)) != 0
-}
-
-fn parent_of(pid: u32) -> u32 {
-    stat_fields(pid).unwrap()[1].parse().unwrap()
 }
 
 fn cgroup_of(pid: u32) -> String {
@@ -55,23 +51,7 @@ async fn the_keeper_reports_its_workers_end_when_the_host_handles_sigchld() {
     }
 
     let host = Host::builder(attack_bin()).spawn().await.unwrap();
-    let worker = host.worker_pid().unwrap();
-    let call = {
-        let host = host.clone();
-        tokio::spawn(async move {
-            host.call::<Attack>(&("stall".to_string(), "60".to_string()))
-                .await
-        })
-    };
-    while host.in_flight() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(worker as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    match call.await.unwrap() {
+    match a_call_whose_worker_is_signalled(&host, rustix::process::Signal::KILL).await {
         Err(CallError::WorkerLost(LostReason::Exited(exit))) => {
             assert_eq!(exit.signal, Some(libc::SIGKILL), "{exit}")
         }
