@@ -7,7 +7,6 @@ use std::time::Duration;
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_transport_pipe::StreamTransport;
 use airlock_worker::Worker;
-use tokio::process::Child;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -65,7 +64,7 @@ pub(crate) enum WorkerProcess {
     /// A child process leading its own process group.
     Child {
         /// The host's child: the worker, or the keeper of a worker in namespaces.
-        child: Child,
+        child: crate::child::WorkerChild,
         /// The worker's pid; without namespaces also its process group id.
         pid: u32,
         /// A pidfd for the worker when it is not `child` itself (it runs in namespaces: its

@@ -78,6 +78,7 @@
 #![deny(missing_docs)]
 
 pub mod blocking;
+mod child;
 mod config;
 pub mod confinement;
 mod connection;

@@ -3,8 +3,14 @@
 //! → the fork and `exec` (from the spawner thread) → the channel (pipe or socket) → the
 //! check, from outside, that the worker runs under what was asked. The handshake follows in
 //! the supervisor.
+//!
+//! An unconfined worker skips the fork: it is cloned sharing the host's memory and `exec`ed
+//! at once (`sys::spawn_vforked`, what `posix_spawn` does), so its cost does not grow with
+//! the host's memory. A confined one needs a real fork: its set-up runs in the child.
 
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
@@ -13,7 +19,10 @@ use airlock_transport_pipe::StreamConfig;
 #[cfg(feature = "pipe")]
 use airlock_transport_pipe::StreamTransport;
 use bytes::Bytes;
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::net::unix::pipe;
+use tokio::process::Command;
+
+use crate::child::{ClonedChild, WorkerChild, WorkerStdio};
 
 use crate::config::{Settings, TransportChoice};
 use crate::confinement::{
@@ -28,14 +37,14 @@ const EXITED_AT_ONCE: std::time::Duration = std::time::Duration::from_millis(200
 /// A started worker process, before its handshake.
 pub(crate) struct Spawned {
     /// The host's child: the worker itself, or (in namespaces) its keeper.
-    pub(crate) child: Child,
+    pub(crate) child: WorkerChild,
     /// The worker's pid as this host sees it.
     pub(crate) pid: u32,
     /// A pidfd for the worker when it is not the host's own child.
     pub(crate) pidfd: Option<OwnedFd>,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
-    pub(crate) stderr: Option<ChildStderr>,
+    pub(crate) stderr: Option<pipe::Receiver>,
     /// A first frame already read while authenticating the peer (named sockets).
     pub(crate) hello: Option<Bytes>,
     /// The token the session must find in that `Hello` (named sockets).
@@ -59,30 +68,130 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
-/// Step 1, the command: its own process group, a cleared environment holding only what the
-/// caller added, the working directory (entered by the confinement itself when there is one),
-/// stderr captured.
-fn base_command(settings: &Settings, confined: Option<&Prepared>) -> Command {
-    let program = confined.map_or(settings.program.as_path(), |p| p.program.as_path());
-    let mut command = Command::new(program);
+/// Step 1, the command of a confined worker: its own process group, a cleared environment
+/// holding only what the caller added and what the confinement needs, stderr captured. The
+/// confinement itself enters the working directory.
+fn base_command(settings: &Settings, prepared: &Prepared) -> Command {
+    let mut command = Command::new(&prepared.program);
     command
         .args(&settings.args)
         .env_clear()
         .envs(settings.env.iter().map(|(k, v)| (k, v)))
+        .envs(prepared.env.iter().map(|(k, v)| (k, v)))
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    match confined {
-        Some(prepared) => {
-            command.envs(prepared.env.iter().map(|(k, v)| (k, v)));
-        }
-        None => {
-            if let Some(cwd) = &settings.cwd {
-                command.current_dir(cwd);
-            }
-        }
-    }
     command
+}
+
+/// The directories `execvp` searches when `PATH` is not set (glibc's `_CS_PATH`).
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+
+/// Step 1 for an unconfined worker: its command as an [`ExecImage`](crate::sys::ExecImage)
+/// for the clone, with what `std::process::Command` would have done done here: the program
+/// looked up in the worker's own `PATH` (or the default) when its name has no `/`, the
+/// environment cleared then given the caller's variables and the channel's (a later value
+/// of a name replacing an earlier one), the working directory, and the stdio `wiring` asks
+/// for, stderr piped. Returns the host's ends of the pipes beside it.
+fn exec_image(
+    settings: &Settings,
+    wiring: Wiring,
+) -> Result<(crate::sys::ExecImage, WorkerStdio), std::io::Error> {
+    let mut env = std::collections::BTreeMap::<OsString, OsString>::new();
+    for (key, value) in settings.env.iter().chain(&wiring.env) {
+        env.insert(key.clone(), value.clone());
+    }
+    let program = settings.program.as_os_str();
+    let programs = if program.as_bytes().contains(&b'/') || program.is_empty() {
+        vec![c_string(program)?]
+    } else {
+        let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
+        path.unwrap_or(DEFAULT_PATH)
+            .split(|b| *b == b':')
+            .map(|dir| match dir {
+                b"" => c_string(program),
+                dir => c_string(std::path::Path::new(OsStr::from_bytes(dir)).join(program)),
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let argv = std::iter::once(program)
+        .chain(settings.args.iter().map(OsString::as_os_str))
+        .map(c_string)
+        .collect::<Result<_, _>>()?;
+    let envp = env
+        .iter()
+        .map(|(key, value)| {
+            let mut entry = key.clone();
+            entry.push("=");
+            entry.push(value);
+            c_string(&entry)
+        })
+        .collect::<Result<_, _>>()?;
+    let cwd = settings.cwd.as_deref().map(c_string).transpose()?;
+    let mut host = WorkerStdio::default();
+    let stdin = if wiring.piped {
+        let (child_end, host_end) = cloexec_pipe()?;
+        host.stdin = Some(pipe::Sender::from_owned_fd(host_end)?);
+        child_end
+    } else {
+        dev_null()?
+    };
+    let stdout = if wiring.piped {
+        let (host_end, child_end) = cloexec_pipe()?;
+        host.stdout = Some(pipe::Receiver::from_owned_fd(host_end)?);
+        child_end
+    } else {
+        dev_null()?
+    };
+    let (host_end, stderr) = cloexec_pipe()?;
+    host.stderr = Some(pipe::Receiver::from_owned_fd(host_end)?);
+    let image = crate::sys::ExecImage {
+        programs,
+        argv,
+        envp,
+        cwd,
+        stdio: [
+            above_stdio(stdin)?,
+            above_stdio(stdout)?,
+            above_stdio(stderr)?,
+        ],
+        channel: wiring.channel_fd.map(above_stdio).transpose()?,
+    };
+    Ok((image, host))
+}
+
+/// `value` as a C string; one holding a NUL byte is refused, as `std::process::Command`
+/// refuses it.
+fn c_string(value: impl AsRef<OsStr>) -> Result<CString, std::io::Error> {
+    CString::new(value.as_ref().as_bytes()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    })
+}
+
+/// A pipe whose two ends close on exec: (read end, write end).
+fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), std::io::Error> {
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
+}
+
+fn dev_null() -> Result<OwnedFd, std::io::Error> {
+    Ok(rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
+/// `fd`, renumbered to 3 or above if it is one of 0-2 (a host that closed its own stdio gets
+/// those numbers for new descriptors): the child places its stdio over 0-2 one at a time,
+/// and a source there would be overwritten before it is placed.
+fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, std::io::Error> {
+    if std::os::fd::AsRawFd::as_raw_fd(&fd) >= 3 {
+        return Ok(fd);
+    }
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
 }
 
 /// The worker's channel, chosen before the fork.
@@ -149,39 +258,61 @@ impl Channel {
         }
     }
 
-    /// Wires the channel into `command`; returns the descriptor to move to fd 3, if any: a
-    /// copy of the child's end that the command itself owns. The fork may run on the spawner
-    /// thread after this spawn has been given up (its future dropped, its runtime shut down);
-    /// a bare number would by then name whatever descriptor took it, such as another host's
+    /// What the channel needs of the worker's start: its stdin and stdout piped or
+    /// `/dev/null`, its environment variables, and the descriptor to move to fd 3, if any: a
+    /// copy of the child's end that the start owns. The fork may run on the spawner thread
+    /// after this spawn has been given up (its future dropped, its runtime shut down); a bare
+    /// number would by then name whatever descriptor took it, such as another host's
     /// channel, and hand that to this worker.
-    fn wire(&self, command: &mut Command) -> Result<Option<OwnedFd>, SpawnError> {
+    fn wiring(&self) -> Result<Wiring, SpawnError> {
         match self {
             #[cfg(feature = "pipe")]
-            Channel::Pipe => {
-                command.stdin(Stdio::piped()).stdout(Stdio::piped());
-                Ok(None)
-            }
+            Channel::Pipe => Ok(Wiring {
+                piped: true,
+                env: Vec::new(),
+                channel_fd: None,
+            }),
             #[cfg(feature = "socket")]
             Channel::Inherited { child_end, .. } => {
                 use airlock_transport_socket::{AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD};
-                command
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .env(AIRLOCK_SOCKET_FD, CHILD_SOCKET_FD.to_string());
-                child_end
-                    .try_clone()
-                    .map(Some)
-                    .map_err(SpawnError::Transport)
+                Ok(Wiring {
+                    piped: false,
+                    env: vec![(AIRLOCK_SOCKET_FD.into(), CHILD_SOCKET_FD.to_string().into())],
+                    channel_fd: Some(child_end.try_clone().map_err(SpawnError::Transport)?),
+                })
             }
             #[cfg(feature = "socket")]
-            Channel::Named(listener) => {
-                for (key, value) in listener.env() {
-                    command.env(key, value);
-                }
-                command.stdin(Stdio::null()).stdout(Stdio::null());
-                Ok(None)
-            }
+            Channel::Named(listener) => Ok(Wiring {
+                piped: false,
+                env: listener
+                    .env()
+                    .into_iter()
+                    .map(|(key, value)| (key.into(), value))
+                    .collect(),
+                channel_fd: None,
+            }),
         }
+    }
+}
+
+/// How a channel is wired into the worker (see [`Channel::wiring`]).
+struct Wiring {
+    /// Stdin and stdout are the channel's pipes; else `/dev/null`.
+    piped: bool,
+    env: Vec<(OsString, OsString)>,
+    channel_fd: Option<OwnedFd>,
+}
+
+impl Wiring {
+    /// Wires `command`; returns the descriptor to move to fd 3.
+    fn into_command(self, command: &mut Command) -> Option<OwnedFd> {
+        if self.piped {
+            command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        } else {
+            command.stdin(Stdio::null()).stdout(Stdio::null());
+        }
+        command.envs(self.env);
+        self.channel_fd
     }
 }
 
@@ -193,9 +324,9 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
         return Err(SpawnError::ChildrenReapedByKernel);
     }
     if !settings.confinement.is_confined() {
-        return spawn_once(settings, None).await;
+        return spawn_unconfined(settings).await;
     }
-    match spawn_once(settings, Some(true)).await {
+    match spawn_once(settings, true).await {
         Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
             if settings.confinement.mode() == ConfinementMode::BestEffort
                 && namespace_step(step, &source) =>
@@ -205,7 +336,7 @@ pub(crate) async fn spawn(settings: &Settings) -> Result<Spawned, SpawnError> {
                 worker = %settings.label,
                 "namespaces unavailable ({step:?}: {source}); starting without them"
             );
-            spawn_once(settings, Some(false)).await
+            spawn_once(settings, false).await
         }
         Err(SpawnError::Confinement(ConfinementError::Step { step, source }))
             if namespace_step(step, &source) =>
@@ -231,83 +362,103 @@ fn namespace_step(step: ConfinementStep, source: &std::io::Error) -> bool {
         )
 }
 
-/// One attempt. `namespaces`: `None` unconfined, else whether to create namespaces.
-async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spawned, SpawnError> {
+/// An unconfined worker: cloned and `exec`ed from a spawner thread (see the module docs).
+async fn spawn_unconfined(settings: &Settings) -> Result<Spawned, SpawnError> {
     let channel = Channel::open(settings)?;
-    let confinement = match namespaces {
-        Some(namespaces) => {
-            let inputs = crate::confinement::SpawnInputs {
-                program: &settings.program,
-                env: &settings.env,
-                cwd: settings.cwd.as_deref(),
-                transport_files: &channel.files(),
-            };
-            Some(crate::confinement::prepare(
-                &settings.confinement,
-                &inputs,
-                namespaces,
-            )?)
+    let exec_error = |source| SpawnError::Exec {
+        program: settings.program.clone(),
+        source,
+    };
+    let (image, mut stdio) = exec_image(settings, channel.wiring()?).map_err(exec_error)?;
+    // The image (with this host's copies of the child's stdio and channel ends) is dropped on
+    // the spawner thread as soon as the child runs, so the host sees the worker's exit as
+    // the end of its streams.
+    let started = crate::spawner::run(move || {
+        let (pid, pidfd) = crate::sys::spawn_vforked(&image)?;
+        drop(image);
+        ClonedChild::new(pid, pidfd)
+    })
+    .await
+    .map_err(SpawnError::Spawner)?;
+    let mut child = WorkerChild::Cloned(started.map_err(exec_error)?);
+    let pid = child.id().unwrap_or(0);
+    let report = ConfinementReport::unconfined(pid, rustix::process::geteuid().as_raw());
+    let connected = match connect(settings, channel, &mut stdio, pid, report.uid).await {
+        Ok(connected) => connected,
+        Err(err) => {
+            crate::launch::kill_group(pid);
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(err);
         }
-        None => None,
     };
-    let (plan, prepared) = match confinement {
-        Some((plan, prepared)) => (Some(plan), Some(prepared)),
-        None => (None, None),
+    Ok(Spawned {
+        child,
+        pid,
+        pidfd: None,
+        sender: connected.sender,
+        receiver: connected.receiver,
+        stderr: stdio.stderr,
+        hello: connected.hello,
+        token: connected.token,
+        confinement: report,
+        cgroup: None,
+    })
+}
+
+/// One attempt at a confined worker; `namespaces`: whether to create them.
+async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, SpawnError> {
+    let channel = Channel::open(settings)?;
+    let inputs = crate::confinement::SpawnInputs {
+        program: &settings.program,
+        env: &settings.env,
+        cwd: settings.cwd.as_deref(),
+        transport_files: &channel.files(),
     };
-    if let Some(prepared) = &prepared {
-        channel.admit(prepared.expected.uid)?;
-    }
-    let mut command = base_command(settings, prepared.as_ref());
-    let channel_fd = channel.wire(&mut command)?;
-    let set_up = plan.map(|mut plan| -> crate::sys::SetUp { Box::new(move || plan.run()) });
-    crate::sys::prepare_child(&mut command, set_up, channel_fd);
+    let (mut plan, prepared) =
+        crate::confinement::prepare(&settings.confinement, &inputs, namespaces)?;
+    channel.admit(prepared.expected.uid)?;
+    let mut command = base_command(settings, &prepared);
+    let channel_fd = channel.wiring()?.into_command(&mut command);
+    let set_up: crate::sys::SetUp = Box::new(move || plan.run());
+    crate::sys::prepare_child(&mut command, Some(set_up), channel_fd);
     let spawned = crate::spawner::spawn(command)
         .await
         .map_err(SpawnError::Spawner)?;
-    let mut child = match (spawned, &prepared) {
-        (Ok(child), _) => child,
-        (Err(err), Some(prepared)) => return Err(explain_failure(settings, prepared, err)),
-        (Err(source), None) => {
-            return Err(SpawnError::Exec {
-                program: settings.program.clone(),
-                source,
-            })
+    let mut forked = match spawned {
+        Ok(child) => child,
+        Err(err) => return Err(explain_failure(settings, &prepared, err)),
+    };
+    let stdio = WorkerStdio::take_from(&mut forked);
+    let mut child = WorkerChild::Forked(forked);
+    let mut stdio = match stdio {
+        Ok(stdio) => stdio,
+        Err(err) => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(SpawnError::Transport(err));
         }
     };
-    let (pid, pidfd, report) = match &prepared {
-        Some(prepared) => match verified(&child, prepared) {
-            Ok(found) => found,
-            Err(err) => {
-                // A worker that exited at once cannot be read back, and cannot run anything
-                // either (its PID namespace died with it): let the supervisor report its exit
-                // and its stderr instead of a failed check. (`Child::wait` closes the child's
-                // stdin, which is the channel on the pipe transport: it is kept aside, so the
-                // handshake can see the end of the stream and report the exit.)
-                let stdin = child.stdin.take();
-                let exited = tokio::time::timeout(EXITED_AT_ONCE, child.wait())
-                    .await
-                    .is_ok();
-                child.stdin = stdin;
-                if exited {
-                    let pid = child.id().unwrap_or(0);
-                    (pid, None, prepared.expected.clone())
-                } else {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                    return Err(SpawnError::Confinement(err));
-                }
+    let (pid, pidfd, report) = match verified(&child, &prepared) {
+        Ok(found) => found,
+        Err(err) => {
+            // A worker that exited at once cannot be read back, and cannot run anything
+            // either (its PID namespace died with it): let the supervisor report its exit
+            // and its stderr instead of a failed check.
+            let exited = tokio::time::timeout(EXITED_AT_ONCE, child.wait())
+                .await
+                .is_ok();
+            if exited {
+                let pid = child.id().unwrap_or(0);
+                (pid, None, prepared.expected.clone())
+            } else {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return Err(SpawnError::Confinement(err));
             }
-        },
-        None => {
-            let pid = child.id().unwrap_or(0);
-            (
-                pid,
-                None,
-                ConfinementReport::unconfined(pid, rustix::process::geteuid().as_raw()),
-            )
         }
     };
-    let connected = match connect(settings, channel, &mut child, pid, report.uid).await {
+    let connected = match connect(settings, channel, &mut stdio, pid, report.uid).await {
         Ok(connected) => connected,
         Err(err) => {
             crate::launch::kill_worker(pid, pidfd.as_ref());
@@ -316,19 +467,18 @@ async fn spawn_once(settings: &Settings, namespaces: Option<bool>) -> Result<Spa
             return Err(err);
         }
     };
-    let stderr = child.stderr.take();
-    let cgroup = prepared.and_then(|mut p| p.cgroup.take());
+    let mut prepared = prepared;
     Ok(Spawned {
         child,
         pid,
         pidfd,
         sender: connected.sender,
         receiver: connected.receiver,
-        stderr,
+        stderr: stdio.stderr,
         hello: connected.hello,
         token: connected.token,
         confinement: report,
-        cgroup,
+        cgroup: prepared.cgroup.take(),
     })
 }
 
@@ -349,7 +499,7 @@ fn explain_failure(settings: &Settings, prepared: &Prepared, source: std::io::Er
 /// Step 5 (before the channel is used): the worker's pid, a pidfd for it, and what it runs
 /// under, read from outside.
 fn verified(
-    child: &Child,
+    child: &WorkerChild,
     prepared: &Prepared,
 ) -> Result<(u32, Option<OwnedFd>, ConfinementReport), ConfinementError> {
     let keeper = child.id().ok_or(ConfinementError::Verification {
@@ -478,14 +628,14 @@ fn enlarge_pipe(pipe: &impl std::os::fd::AsFd, size: usize) {
 async fn connect(
     settings: &Settings,
     channel: Channel,
-    child: &mut Child,
+    stdio: &mut WorkerStdio,
     pid: u32,
     uid: u32,
 ) -> Result<Connected, SpawnError> {
     match channel {
         #[cfg(feature = "pipe")]
         Channel::Pipe => {
-            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let (Some(stdin), Some(stdout)) = (stdio.stdin.take(), stdio.stdout.take()) else {
                 return Err(SpawnError::Transport(std::io::Error::other(
                     "child stdio missing",
                 )));

@@ -166,13 +166,16 @@ fn submit(job: Job) -> Result<Placed, SpawnerError> {
     })
 }
 
-/// Spawns `command` from the spawner thread, registered with the calling task's runtime: the
-/// spawn's own result, or why the spawner thread could not give one.
-pub(crate) async fn spawn(command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
+/// Runs `start` (a fork or a clone) on a spawner thread, inside the calling task's runtime:
+/// its result, or why the spawner thread could not give one. A result nobody takes any more
+/// is dropped, which kills a child it holds.
+pub(crate) async fn run<T: Send + 'static>(
+    start: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SpawnerError> {
     let (done, result) = oneshot::channel();
-    let placed = submit(spawn_job(tokio::runtime::Handle::current(), command, done))?;
+    let placed = submit(start_job(tokio::runtime::Handle::current(), start, done))?;
     match tokio::time::timeout(SPAWN_TIMEOUT, result).await {
-        Ok(Ok(spawned)) => Ok(spawned),
+        Ok(Ok(started)) => Ok(started),
         Ok(Err(_)) => Err(SpawnerError::Dropped),
         Err(_) => {
             // A thread that does not answer is not trusted again: the next spawn starts anew.
@@ -182,21 +185,26 @@ pub(crate) async fn spawn(command: Command) -> Result<std::io::Result<Child>, Sp
     }
 }
 
-/// The job that spawns `command`, registered with `runtime`, and sends the outcome to `done`;
-/// it starts nothing if nobody waits for it any more. A job queued behind a spawn that hung
-/// runs only when that one returns, long after its own caller was told
-/// [`SpawnerError::NoAnswer`]: a worker forked then would be forked for nobody.
-fn spawn_job(
+/// Spawns `command` from a spawner thread, registered with the calling task's runtime.
+pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
+    run(move || command.spawn()).await
+}
+
+/// The job that runs `start` inside `runtime` and sends the outcome to `done`; it starts
+/// nothing if nobody waits for it any more. A job queued behind a spawn that hung runs only
+/// when that one returns, long after its own caller was told [`SpawnerError::NoAnswer`]: a
+/// worker started then would be started for nobody.
+fn start_job<T: Send + 'static>(
     runtime: tokio::runtime::Handle,
-    mut command: Command,
-    done: oneshot::Sender<std::io::Result<Child>>,
+    start: impl FnOnce() -> T + Send + 'static,
+    done: oneshot::Sender<T>,
 ) -> Job {
     Box::new(move || {
         if done.is_closed() {
             return;
         }
         let _entered = runtime.enter();
-        let _ = done.send(command.spawn());
+        let _ = done.send(start());
     })
 }
 
@@ -305,8 +313,12 @@ mod tests {
         let mut command = Command::new("touch");
         command.arg(marker).kill_on_drop(false);
         let (done, result) = oneshot::channel();
-        let queued = submit(spawn_job(runtime.handle().clone(), command, done))
-            .expect("a spawner thread takes the spawn");
+        let queued = submit(start_job(
+            runtime.handle().clone(),
+            move || command.spawn(),
+            done,
+        ))
+        .expect("a spawner thread takes the spawn");
         if !caller_waits {
             drop(result); // the caller's spawn timed out
         }

@@ -1,10 +1,12 @@
 //! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`,
-//! one read of this process's `SIGCHLD` disposition (`children_reaped_by_kernel`), one
-//! probe for a thread of this process (`thread_exists`), and the page that `fork` wipes
-//! ([`WipeOnForkPage`], which holds the randomness of call ids).
+//! the clone that starts an unconfined worker without a fork ([`spawn_vforked`]) and its
+//! child's steps, one read of this process's `SIGCHLD` disposition
+//! (`children_reaped_by_kernel`), one probe for a thread of this process (`thread_exists`),
+//! and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
+//! ids).
 //!
-//! Between `fork` and `exec` only async-signal-safe operations are allowed: no allocation, no
-//! locks. Everything below is a bare system call on values prepared before the fork.
+//! Between `fork` (or the clone) and `exec` only async-signal-safe operations are allowed: no
+//! allocation, no locks. Everything below is a bare system call on values prepared before.
 
 #![allow(unsafe_code)]
 
@@ -173,6 +175,295 @@ fn move_channel_to_3(fd: RawFd) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Everything a worker started by [`spawn_vforked`] needs, prepared before the clone: the
+/// child shares this process's memory and may allocate nothing, so it only reads these.
+#[derive(Debug)]
+pub(crate) struct ExecImage {
+    /// The paths to `execve`, in order (several when the program is looked up in `PATH`).
+    pub(crate) programs: Vec<std::ffi::CString>,
+    /// `argv`, the program's name first.
+    pub(crate) argv: Vec<std::ffi::CString>,
+    /// The whole environment, as `KEY=value`.
+    pub(crate) envp: Vec<std::ffi::CString>,
+    /// The directory to enter, if any.
+    pub(crate) cwd: Option<std::ffi::CString>,
+    /// The child's stdin, stdout and stderr, each numbered 3 or above (so that placing one
+    /// over 0-2 never overwrites another before it is placed).
+    pub(crate) stdio: [std::os::fd::OwnedFd; 3],
+    /// The channel to move to fd 3 (the inherited socket), numbered 3 or above.
+    pub(crate) channel: Option<std::os::fd::OwnedFd>,
+}
+
+/// What the vfork child reads, in memory it shares with the suspended spawner thread, and the
+/// one word it writes: `errno`, the reason it could not `exec`.
+struct VforkArgs<'image> {
+    programs: &'image [*const libc::c_char],
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    stdio: [RawFd; 3],
+    channel: Option<RawFd>,
+    parent: libc::pid_t,
+    open_before_clone: &'image [RawFd],
+    errno: std::sync::atomic::AtomicI32,
+}
+
+/// The vfork child's stack. Its steps are a few dozen system calls through libc; 64 KiB is
+/// many times what they use (glibc's `posix_spawn` gives its child 32 KiB plus the arguments).
+const VFORK_STACK: usize = 64 * 1024;
+
+/// Starts `image` the way glibc's `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)`, so the
+/// cost does not grow with this process's memory (a `fork` copies its page tables), then
+/// `execve` in the child. Returns the child's pid and a pidfd for it, taken atomically with
+/// the clone (`CLONE_PIDFD`), so nothing ever acts on a pid that was reused.
+///
+/// Runs on a spawner thread: the child's parent-death signal follows the calling thread. The
+/// calling thread is suspended until the child has called `execve` or exited; every signal
+/// is blocked in it meanwhile, so no handler of this process runs on the child's shared
+/// memory before the child has reset them all. In the child, in this order (see
+/// [`vfork_child`]): every signal with a handler and `SIGPIPE` back to the default; an empty
+/// signal mask; its own process group; stdio; every other descriptor from 3 up closed on exec,
+/// the channel moved to fd 3; `SIGKILL` when the spawner thread dies, and an immediate exit
+/// if it is already gone; the working directory; `execve`. A failed step ends the child with
+/// 127 and comes back here as the step's `errno`; the child is reaped before this returns.
+pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os::fd::OwnedFd)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::sync::atomic::Ordering;
+    let pointers = |strings: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let programs = pointers(&image.programs);
+    let argv = pointers(&image.argv);
+    let envp = pointers(&image.envp);
+    let open_before_clone = open_descriptors();
+    let args = VforkArgs {
+        programs: &programs[..programs.len() - 1],
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: image
+            .cwd
+            .as_ref()
+            .map_or(std::ptr::null(), |cwd| cwd.as_ptr()),
+        stdio: image.stdio.each_ref().map(AsRawFd::as_raw_fd),
+        channel: image.channel.as_ref().map(AsRawFd::as_raw_fd),
+        parent: rustix::process::getpid().as_raw_nonzero().get(),
+        open_before_clone: &open_before_clone,
+        errno: std::sync::atomic::AtomicI32::new(0),
+    };
+    // `u128` elements: the stack's top is 16-byte aligned, as the x86-64 and AArch64 ABIs
+    // require.
+    let mut stack = vec![0u128; VFORK_STACK / 16];
+    let stack_top = stack.as_mut_ptr_range().end.cast::<libc::c_void>();
+    let mut pidfd: libc::c_int = -1;
+    let all_signals = !0u64;
+    let mut saved_mask = 0u64;
+    // SAFETY: `rt_sigprocmask` on two 8-byte kernel signal sets (the kernel's size on Linux),
+    // a readable one and a writable one, both live for the call. Blocking every signal,
+    // glibc's own (SIGCANCEL, SIGSETXID) included, is what `posix_spawn` does.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &all_signals,
+            &mut saved_mask,
+            8usize,
+        )
+    };
+    // SAFETY: the child runs `vfork_child` on `stack`, which nothing else uses and which lives
+    // until after this returns; it shares this process's memory, and this thread is suspended
+    // until the child has called `execve` or `_exit` (CLONE_VFORK), so `args` and everything
+    // it points at (owned by this frame and by `image`) stays alive and unchanged while the
+    // child reads it. The child writes only `args.errno` (atomic) and its own stack, touches
+    // no allocator and no lock, and runs no handler of ours: signals are blocked here, and it
+    // resets every handler before it unblocks any. `pidfd` is a valid `int` for the kernel to
+    // fill (CLONE_PIDFD writes the child's pidfd through the parent-tid argument); the tls and
+    // child-tid arguments are unused without CLONE_SETTLS / CLONE_CHILD_*TID.
+    let pid = unsafe {
+        libc::clone(
+            vfork_child,
+            stack_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            std::ptr::addr_of!(args).cast_mut().cast::<libc::c_void>(),
+            std::ptr::addr_of_mut!(pidfd),
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::pid_t>(),
+        )
+    };
+    let clone_error = std::io::Error::last_os_error();
+    // SAFETY: restores the mask saved above, from a live 8-byte set.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &saved_mask,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new descriptor, owned by nobody
+    // else, in `pidfd`.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    match args.errno.load(Ordering::SeqCst) {
+        0 => Ok((pid as u32, pidfd)),
+        errno => {
+            // The child has exited (with 127) or is about to: reap it.
+            let _ = rustix::process::waitid(
+                rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+                rustix::process::WaitIdOptions::EXITED,
+            );
+            Err(std::io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// The vfork child's body: the steps of [`spawn_vforked`], then `execve`. It returns only by
+/// ending the process: with 127 and the failed step's `errno` in `args.errno`.
+extern "C" fn vfork_child(args: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `args` is the `VforkArgs` that `spawn_vforked` passed to clone; its thread is
+    // suspended until this process execs or exits, so it is alive and nothing writes to it.
+    let args = unsafe { &*args.cast_const().cast::<VforkArgs<'_>>() };
+    let errno = vfork_child_steps(args);
+    args.errno
+        .store(errno.max(1), std::sync::atomic::Ordering::SeqCst);
+    exit_now(127)
+}
+
+/// The child's steps; returns only on failure, with the `errno` to report. Async-signal-safe
+/// and allocation-free: libc's system call wrappers on integers and on memory prepared by
+/// the parent. (A wrapper that fails sets `errno` in the suspended thread's thread-local
+/// storage, which this child shares, as glibc's own `posix_spawn` child does.)
+fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // Signals first: no handler of the host may run on this shared memory, and the worker
+    // starts, as `std::process::Command` starts it, with SIGPIPE at its default and nothing
+    // blocked. Ignored signals stay ignored across exec, as they do for std's children.
+    default_handled_signals();
+    let no_signals = 0u64;
+    // SAFETY: `rt_sigprocmask` reading an 8-byte set from this child's stack.
+    let unmasked = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &no_signals,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        )
+    };
+    if unmasked != 0 {
+        return errno();
+    }
+    // SAFETY: plain system calls on integers.
+    if unsafe { libc::setpgid(0, 0) } != 0 {
+        return errno();
+    }
+    for (fd, target) in args.stdio.iter().zip(0..) {
+        // SAFETY: a plain system call on integers; `fd` (3 or above) is open in this child,
+        // whose descriptor table is a copy of the parent's taken while `ExecImage` owned it.
+        if unsafe { libc::dup2(*fd, target) } != target {
+            return errno();
+        }
+    }
+    close_on_exec_from_3(args.open_before_clone);
+    if let Some(channel) = args.channel {
+        if let Err(err) = move_channel_to_3(channel) {
+            return err.raw_os_error().unwrap_or(libc::EBADF);
+        }
+    }
+    if let Err(err) =
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+    {
+        return err.raw_os_error();
+    }
+    // The spawner thread may have died before the prctl took effect: nobody would kill us.
+    if rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(args.parent) {
+        return libc::ESRCH;
+    }
+    // SAFETY: `cwd` is null or a NUL-terminated string owned by the suspended parent frame.
+    if !args.cwd.is_null() && unsafe { libc::chdir(args.cwd) } != 0 {
+        return errno();
+    }
+    exec_first(args)
+}
+
+/// `execve` of each candidate in turn, as `execvp` searches `PATH`: a candidate that is
+/// missing (or whose directory is) is skipped; one that is there but refused (EACCES) is
+/// remembered and skipped; any other failure ends the search. Returns the `errno` to report.
+fn exec_first(args: &VforkArgs<'_>) -> i32 {
+    let mut refused = false;
+    let mut last = libc::ENOENT;
+    for program in args.programs {
+        // SAFETY: `program`, `argv` and `envp` are NUL-terminated strings and null-terminated
+        // pointer arrays owned by the suspended parent frame. On success it does not return.
+        unsafe { libc::execve(*program, args.argv, args.envp) };
+        last = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL);
+        match last {
+            libc::EACCES => refused = true,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => return last,
+        }
+    }
+    if refused {
+        libc::EACCES
+    } else {
+        last
+    }
+}
+
+/// Sets every signal that has a handler, and `SIGPIPE`, back to the default action (between
+/// clone and `exec`). Numbers the kernel or libc refuse (32 and 33 under glibc) are skipped.
+fn default_handled_signals() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: an all-zero `sigaction` is a valid value of the plain C struct (with
+        // `SIG_DFL`, 0, as its handler); the first call only reads the disposition into a
+        // live struct on this child's stack, the second installs the default, which runs no
+        // code of ours.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
+                continue;
+            }
+            let handled =
+                current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN;
+            if handled || signal == libc::SIGPIPE {
+                let default: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Registers `pidfd` with the current runtime's reactor, to learn when its process ends;
+/// gives it back with the reason if that fails. Must run inside a tokio runtime.
+pub(crate) fn register_pidfd(
+    pidfd: std::os::fd::OwnedFd,
+) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, (std::os::fd::OwnedFd, std::io::Error)>
+{
+    // SAFETY: an `OwnedFd` keeps its descriptor open, and always returns the same number from
+    // `as_raw_fd`, until it is dropped; the `AsyncFd` owns it until it is dropped or
+    // `into_inner` gives it back.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(tokio::io::unix::AsyncFdRegisterError::into_parts)
 }
 
 /// The kernel's Landlock ABI version, 0 if it has none (`landlock_create_ruleset` with the
