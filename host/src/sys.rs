@@ -214,6 +214,49 @@ struct VforkArgs<'image> {
 /// many times what they use (glibc's `posix_spawn` gives its child 32 KiB plus the arguments).
 const VFORK_STACK: usize = 64 * 1024;
 
+/// The vfork child's stack: a mapping of its own with an inaccessible guard page below it, so
+/// an overflow faults in the child instead of writing into this process's memory. Unmapped
+/// when dropped.
+struct VforkStack {
+    start: *mut libc::c_void,
+    len: usize,
+}
+
+impl VforkStack {
+    fn new() -> std::io::Result<Self> {
+        let guard = rustix::param::page_size();
+        let len = VFORK_STACK + guard;
+        // SAFETY: a fresh private anonymous mapping at an address the kernel chooses: it
+        // overlaps nothing of ours.
+        let start = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::STACK,
+            )
+        }?;
+        let stack = Self { start, len };
+        // SAFETY: the lowest page of the mapping made above, which nothing refers to yet.
+        unsafe { rustix::mm::mprotect(start, guard, rustix::mm::MprotectFlags::empty()) }?;
+        Ok(stack)
+    }
+
+    /// The top of the stack (it grows down): page-aligned, so 16-byte aligned as the x86-64
+    /// and AArch64 ABIs require.
+    fn top(&self) -> *mut libc::c_void {
+        self.start.wrapping_byte_add(self.len)
+    }
+}
+
+impl Drop for VforkStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which nothing uses any more: the child that ran
+        // on it has called `execve` or exited before `clone` returned (CLONE_VFORK).
+        let _ = unsafe { rustix::mm::munmap(self.start, self.len) };
+    }
+}
+
 /// Starts `image` the way glibc's `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)`, so the
 /// cost does not grow with this process's memory (a `fork` copies its page tables), then
 /// `execve` in the child. Returns the child's pid and a pidfd for it, taken atomically with
@@ -256,10 +299,7 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
         open_before_clone: &open_before_clone,
         errno: std::sync::atomic::AtomicI32::new(0),
     };
-    // `u128` elements: the stack's top is 16-byte aligned, as the x86-64 and AArch64 ABIs
-    // require.
-    let mut stack = vec![0u128; VFORK_STACK / 16];
-    let stack_top = stack.as_mut_ptr_range().end.cast::<libc::c_void>();
+    let stack = VforkStack::new()?;
     let mut pidfd: libc::c_int = -1;
     let all_signals = !0u64;
     let mut saved_mask = 0u64;
@@ -287,7 +327,7 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
     let pid = unsafe {
         libc::clone(
             vfork_child,
-            stack_top,
+            stack.top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
             std::ptr::addr_of!(args).cast_mut().cast::<libc::c_void>(),
             std::ptr::addr_of_mut!(pidfd),
