@@ -151,13 +151,16 @@ impl HostBuilder {
     /// Starts the worker and completes its handshake. Fails if the program cannot run or the
     /// handshake fails; after that, lost workers are replaced by the supervisor.
     ///
-    /// The worker is forked from this process (under `Confinement::strict()`, three forks: a
-    /// keeper, the sandbox's init and the worker), and a fork copies the page tables of all
-    /// the memory the process holds: a spawn takes longer the larger the host has grown
-    /// (measured on a 2-vCPU VM with 512 MiB resident: 17 ms unconfined, 50 ms strict, against
-    /// 2–6 ms in a small process). Start long-lived workers and pools early. The keeper and
-    /// init, which never `exec`, unmap their copy of this process's memory once the sandbox is
-    /// built, so a worker does not keep the host's memory resident as it was at the spawn.
+    /// A confined worker is forked from this process (under `Confinement::strict()`, three
+    /// forks: a keeper, the sandbox's init and the worker), and a fork copies the page tables
+    /// of all the memory the process holds: a spawn takes longer the larger the host has grown
+    /// (measured on a 2-vCPU VM with 512 MiB resident: 50 ms, against about 5 ms in a small
+    /// process). Start long-lived workers and pools early. The keeper and init, which never
+    /// `exec`, unmap their copy of this process's memory once the sandbox is built, so a
+    /// worker does not keep the host's memory resident as it was at the spawn. An unconfined
+    /// worker (`Confinement::none()`) is not forked but cloned sharing this process's memory
+    /// until it `exec`s, as `posix_spawn` does: its spawn costs the same whatever the host's
+    /// size (Linux 5.4 or later: it is held by a pidfd).
     pub async fn spawn(self) -> Result<Host, SpawnError> {
         if !self.settings.confinement.is_confined() {
             tracing::warn!(
