@@ -2,8 +2,11 @@
 //! host's memory, then `exec`ed) starts as a forked one would: holding only its stdio (and
 //! the channel at fd 3 on the inherited socket) even when the host holds a descriptor that
 //! is not close-on-exec, with only the environment it was given, in the directory it was
-//! given, its program found in its own `PATH`; a missing program fails with `ENOENT`; and
-//! how it ended (a code, a signal) comes back as the `ExitInfo` of the handshake failure.
+//! given, its program found in its own `PATH`, with blocking stdio, nothing blocked and
+//! SIGPIPE at its default; a program that cannot be run fails with execve's reason (`ENOENT`,
+//! `EACCES`, `ENOEXEC`, `ENOTDIR`) and leaves no zombie; how it ended (a code, a signal, a
+//! core dump) comes back as the `ExitInfo` of the handshake failure; its descendants die
+//! with it; and a spawn given up midway, or a runtime shut down under it, leaves no worker.
 //!
 //! The worker program is `sleep` with an argument unique to the test, found among this
 //! process's children by its command line and inspected from outside through `/proc` while
@@ -281,4 +284,320 @@ async fn an_unconfined_worker_exit_code_is_reported() {
         }),
         "{err:?}"
     );
+}
+
+/// The `errno` an unconfined spawn of `builder` failed with; panics if it started.
+async fn exec_errno(builder: HostBuilder, what: &str) -> Option<i32> {
+    match builder.spawn().await {
+        Ok(host) => {
+            host.shutdown().await;
+            panic!("{what} started");
+        }
+        Err(SpawnError::Exec { source, .. }) => source.raw_os_error(),
+        Err(other) => panic!("{what}: expected Exec, got {other:?}"),
+    }
+}
+
+/// This process's children that are zombies (ended, not reaped), from `/proc`.
+fn zombie_children() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+            };
+            (field("PPid:")? == me && field("State:")?.starts_with('Z')).then_some(pid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_worker_that_cannot_exec_fails_with_the_reason_and_leaves_no_zombie() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = airlock_tests::e2e::ScratchDir::new("unconfined-exec-errors");
+    // Readable but not executable (even root needs one execute bit).
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Executable, but neither a binary the kernel knows nor a script.
+    let not_a_program = dir.join("not-a-program");
+    std::fs::write(&not_a_program, b"\x7fXYZ not a program\n").unwrap();
+    std::fs::set_permissions(&not_a_program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cases = [
+        (
+            sleeper(&not_executable, "1"),
+            libc::EACCES,
+            "a file without execute permission",
+        ),
+        (
+            sleeper(&not_a_program, "1"),
+            libc::ENOEXEC,
+            "a file of no known format",
+        ),
+        (
+            sleeper("/etc/passwd/worker", "1"),
+            libc::ENOTDIR,
+            "a path through a file",
+        ),
+        (
+            // execvp's rule: a refused candidate in PATH is reported over later missing ones.
+            sleeper("not-executable", "1").env("PATH", format!("{}:/nonexistent", dir.display())),
+            libc::EACCES,
+            "a refused candidate in PATH",
+        ),
+    ];
+    for (builder, expected, what) in cases {
+        assert_eq!(exec_errno(builder, what).await, Some(expected), "{what}");
+    }
+    wait_until("no zombie child", Duration::from_secs(5), || {
+        zombie_children().is_empty()
+    })
+    .await;
+}
+
+/// The signal sets of `/proc/<pid>/status` (`SigBlk`, `SigIgn`, `SigCgt`), as bit masks.
+fn signal_sets(pid: u32) -> [u64; 3] {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    ["SigBlk:", "SigIgn:", "SigCgt:"].map(|name| {
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim();
+        u64::from_str_radix(hex, 16).unwrap()
+    })
+}
+
+/// The bit of `signal` in a `/proc` signal set.
+fn bit(signal: i32) -> u64 {
+    1 << (signal - 1)
+}
+
+/// The spawner thread blocks every signal around the clone and the host ignores SIGPIPE
+/// (Rust's runtime does): the worker still starts with nothing blocked and SIGPIPE at its
+/// default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_worker_starts_with_no_signal_blocked_and_sigpipe_at_default() {
+    let [_, host_ignored, _] = signal_sets(std::process::id());
+    assert_ne!(
+        host_ignored & bit(libc::SIGPIPE),
+        0,
+        "the host ignores SIGPIPE, for the worker to inherit unless the spawn resets it"
+    );
+    let argument = unique_sleep(4);
+    let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
+    let mut pid = None;
+    wait_until("the sleeping worker", Duration::from_secs(10), || {
+        pid = child_sleeping(argument.as_str());
+        pid.is_some()
+    })
+    .await;
+    let pid = pid.expect("found");
+    let [blocked, ignored, caught] = signal_sets(pid);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(spawning.await.unwrap().is_err(), "sleep said hello");
+    assert_eq!(blocked, 0, "blocked in the worker: {blocked:x}");
+    assert_eq!(
+        ignored & bit(libc::SIGPIPE),
+        0,
+        "SIGPIPE ignored in the worker"
+    );
+    assert_eq!(caught, 0, "the worker caught {caught:x}");
+}
+
+/// The live processes whose command line holds `argument` as a whole argument.
+fn processes_with_argument(argument: &str) -> Vec<u32> {
+    let wanted = format!("\0{argument}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            (String::from_utf8_lossy(&cmdline).contains(&wanted)
+                && airlock_tests::e2e::process_alive(pid))
+            .then_some(pid)
+        })
+        .collect()
+}
+
+/// A worker that dies on its own takes its process group with it: a descendant it started
+/// (still in its group) is killed when the host reaps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_worker_that_dies_takes_its_descendants_with_it() {
+    let argument = unique_sleep(5);
+    let host = Host::builder("/bin/sh")
+        .confinement(Confinement::none())
+        .restart_policy(airlock_host::RestartPolicy {
+            max_restarts: 0,
+            ..Default::default()
+        })
+        .arg("-c")
+        .arg(format!(
+            "sleep {argument} </dev/null >/dev/null 2>&1 & exec {}",
+            airlock_tests::e2e::worker_bin().display()
+        ))
+        .env("PATH", "/usr/bin:/bin")
+        .spawn()
+        .await
+        .unwrap();
+    let worker = airlock_tests::e2e::call_pid(&host).await.unwrap();
+    let descendants = processes_with_argument(&argument);
+    assert_eq!(descendants.len(), 1, "the worker's descendant runs");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(worker as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_until("the descendant killed", Duration::from_secs(5), || {
+        processes_with_argument(&argument).is_empty()
+    })
+    .await;
+    host.shutdown().await;
+}
+
+/// A spawn given up at any point (its future dropped while the spawner thread clones, or
+/// while the host waits for the `Hello`) leaves no worker running and no zombie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_spawn_dropped_midway_leaves_no_worker_and_no_zombie() {
+    let argument = unique_sleep(6);
+    let mut given_up_running = 0;
+    for delay_us in (0..40u64).map(|n| n * 150) {
+        let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
+        tokio::time::sleep(Duration::from_micros(delay_us)).await;
+        given_up_running += usize::from(!processes_with_argument(&argument).is_empty());
+        spawning.abort();
+        let _ = spawning.await;
+    }
+    assert!(
+        given_up_running > 0,
+        "some spawns were given up with a worker running"
+    );
+    wait_until("no worker left running", Duration::from_secs(5), || {
+        processes_with_argument(&argument).is_empty()
+    })
+    .await;
+    wait_until("no zombie child", Duration::from_secs(5), || {
+        zombie_children().is_empty()
+    })
+    .await;
+}
+
+/// A host whose runtime shuts down without `shutdown` still kills and reaps its worker.
+#[test]
+fn an_unconfined_worker_of_a_runtime_that_shuts_down_is_killed_and_reaped() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pid = runtime.block_on(async {
+        let host = Host::builder(airlock_tests::e2e::worker_bin())
+            .confinement(Confinement::none())
+            .spawn()
+            .await
+            .unwrap();
+        let pid = airlock_tests::e2e::call_pid(&host).await.unwrap();
+        std::mem::forget(host);
+        pid
+    });
+    assert!(airlock_tests::e2e::process_alive(pid));
+    drop(runtime);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while airlock_tests::e2e::process_present(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !airlock_tests::e2e::process_present(pid),
+        "worker {pid} is still there (alive: {})",
+        airlock_tests::e2e::process_alive(pid)
+    );
+}
+
+/// A worker that dies by a signal and dumps core is reported with that signal (the core
+/// flag of the wait status does not turn it into an exit code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_worker_that_dumps_core_reports_its_signal() {
+    let dir = airlock_tests::e2e::ScratchDir::new("unconfined-core");
+    let err = match Host::builder("/bin/sh")
+        .confinement(Confinement::none())
+        .arg("-c")
+        .arg("ulimit -c unlimited && kill -SEGV $$")
+        .current_dir(dir.join(""))
+        .spawn()
+        .await
+    {
+        Ok(host) => {
+            host.shutdown().await;
+            panic!("sh said hello");
+        }
+        Err(err) => err,
+    };
+    let dumped = std::fs::read_dir(dir.join(""))
+        .unwrap()
+        .flatten()
+        .any(|entry| entry.file_name().to_string_lossy().starts_with("core"));
+    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    assert!(
+        dumped || !core_pattern.starts_with("core"),
+        "the worker dumped core into its directory"
+    );
+    assert_eq!(
+        exited(&err),
+        Some(ExitInfo {
+            code: None,
+            signal: Some(libc::SIGSEGV)
+        }),
+        "{err:?}"
+    );
+}
+
+/// The worker's ends of its stdio pipes block, as a program expects of its stdio; only the
+/// host's ends are non-blocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_worker_gets_blocking_stdio() {
+    let argument = unique_sleep(7);
+    let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
+    let mut pid = None;
+    wait_until("the sleeping worker", Duration::from_secs(10), || {
+        pid = child_sleeping(argument.as_str());
+        pid.is_some()
+    })
+    .await;
+    let pid = pid.expect("found");
+    let flags: Vec<u32> = (0..3)
+        .map(|fd| {
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap();
+            let octal = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .unwrap()
+                .trim();
+            u32::from_str_radix(octal, 8).unwrap()
+        })
+        .collect();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(spawning.await.unwrap().is_err(), "sleep said hello");
+    for (fd, flags) in flags.iter().enumerate() {
+        assert_eq!(
+            flags & libc::O_NONBLOCK as u32,
+            0,
+            "the worker's fd {fd} is non-blocking"
+        );
+    }
 }
