@@ -159,11 +159,27 @@ async fn unconfined_spawns_beside_heap_churn_and_forks_leave_the_host_intact() {
         let (stop, forks) = (stop.clone(), forks.clone());
         std::thread::spawn(move || fork_repeatedly(stop, forks))
     };
+    // At least 200 spawns, and on until the heap thread and the forker have done enough
+    // beside them, however a loaded machine schedules the three (bounded).
+    let spawned = Arc::new(AtomicU64::new(0));
+    let concurrent_enough = {
+        let (spawned, checked, forks) = (spawned.clone(), checked.clone(), forks.clone());
+        move || {
+            spawned.load(Ordering::Relaxed) >= 200
+                && checked.load(Ordering::Relaxed) >= 100
+                && forks.load(Ordering::Relaxed) >= 10
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let tasks: Vec<_> = (0..8u32)
         .map(|task| {
+            let (spawned, done) = (spawned.clone(), concurrent_enough.clone());
             tokio::spawn(async move {
-                for round in 0..25u32 {
-                    spawn_one(task * 25 + round).await;
+                let mut round = 0u32;
+                while !done() && std::time::Instant::now() < deadline {
+                    spawn_one(task * 1000 + round).await;
+                    spawned.fetch_add(1, Ordering::Relaxed);
+                    round += 1;
                 }
             })
         })
@@ -174,14 +190,12 @@ async fn unconfined_spawns_beside_heap_churn_and_forks_leave_the_host_intact() {
     stop.store(true, Ordering::Relaxed);
     churn.join().expect("the heap stayed intact");
     forker.join().expect("the forks went through");
-    let checked = checked.load(Ordering::Relaxed);
     assert!(
-        checked > 100,
-        "the heap churned during the spawns: {checked} blocks"
-    );
-    assert!(
-        forks.load(Ordering::Relaxed) > 10,
-        "the host forked during the spawns"
+        concurrent_enough(),
+        "within two minutes: {} spawns, {} heap blocks checked, {} forks",
+        spawned.load(Ordering::Relaxed),
+        checked.load(Ordering::Relaxed),
+        forks.load(Ordering::Relaxed)
     );
     wait_until("every child reaped", Duration::from_secs(5), || {
         zombie_children().is_empty()
