@@ -58,7 +58,7 @@ impl WorkerChild {
 
 /// A child this process cloned, held by a pidfd: it is signalled and reaped only through the
 /// pidfd, so nothing done to it can reach another process that took its pid. Killed with
-/// `SIGKILL` and reaped if dropped while it runs.
+/// `SIGKILL`, with its process group, and reaped if dropped while it runs.
 #[derive(Debug)]
 pub(crate) struct ClonedChild {
     pid: u32,
@@ -136,6 +136,9 @@ impl Drop for ClonedChild {
         }
         let pidfd = pidfd.into_inner();
         let _ = pidfd_send_signal(&pidfd, Signal::KILL);
+        // And everything it started: the child leads its own process group, and its pid (the
+        // group's id) cannot be taken by another process until it is reaped below.
+        crate::launch::kill_group(self.pid);
         if let Ok(Some(_)) = reap(&pidfd, WaitIdOptions::NOHANG) {
             return;
         }

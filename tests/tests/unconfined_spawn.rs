@@ -525,6 +525,48 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_is_killed_and_reaped() {
     );
 }
 
+/// A host whose runtime ends without `shutdown` (the `Host` forgotten) takes its unconfined
+/// worker's descendants with the worker: its whole process group is killed, as when the host
+/// reaps a worker that died.
+#[test]
+fn an_unconfined_worker_of_a_runtime_that_shuts_down_takes_its_descendants_with_it() {
+    let argument = unique_sleep(8);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let host = Host::builder("/bin/sh")
+            .confinement(Confinement::none())
+            .arg("-c")
+            .arg(format!(
+                "sleep {argument} </dev/null >/dev/null 2>&1 & exec {}",
+                airlock_tests::e2e::worker_bin().display()
+            ))
+            .env("PATH", "/usr/bin:/bin")
+            .spawn()
+            .await
+            .unwrap();
+        airlock_tests::e2e::call_pid(&host).await.unwrap();
+        std::mem::forget(host);
+    });
+    assert_eq!(
+        processes_with_argument(&argument).len(),
+        1,
+        "the worker's descendant runs"
+    );
+    drop(runtime);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !processes_with_argument(&argument).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        processes_with_argument(&argument).is_empty(),
+        "the worker's descendant outlived its host's runtime"
+    );
+}
+
 /// A worker that dies by a signal and dumps core is reported with that signal (the core
 /// flag of the wait status does not turn it into an exit code).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
