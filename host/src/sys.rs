@@ -350,20 +350,58 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
     if pid < 0 {
         return Err(clone_error);
     }
-    // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new descriptor, owned by nobody
-    // else, in `pidfd`.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    match args.errno.load(Ordering::SeqCst) {
-        0 => Ok((pid as u32, pidfd)),
-        errno => {
-            // The child has exited (with 127) or is about to: reap it.
-            let _ = rustix::process::waitid(
-                rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
-                rustix::process::WaitIdOptions::EXITED,
-            );
-            Err(std::io::Error::from_raw_os_error(errno))
-        }
+    if pidfd < 0 {
+        // A kernel before 5.2 ignores CLONE_PIDFD: the child runs (or has failed) held by
+        // nothing but its pid, which stays ours until it is reaped here.
+        reap_by_pid(pid, true);
+        return Err(needs_pidfds());
     }
+    // SAFETY: CLONE_PIDFD took effect (the descriptor is set), so the kernel stored a new
+    // descriptor, owned by nobody else, in `pidfd`.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let errno = args.errno.load(Ordering::SeqCst);
+    if errno != 0 {
+        // The child has exited (with 127) or is about to: reap it.
+        reap_by_pid(pid, false);
+        return Err(std::io::Error::from_raw_os_error(errno));
+    }
+    // The host waits for its workers with `waitid` on their pidfd (Linux 5.4): a kernel
+    // without it answers this probe, which neither waits nor reaps, with EINVAL.
+    let probe = rustix::process::waitid(
+        rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+        rustix::process::WaitIdOptions::EXITED
+            | rustix::process::WaitIdOptions::NOHANG
+            | rustix::process::WaitIdOptions::NOWAIT,
+    );
+    if matches!(probe, Err(rustix::io::Errno::INVAL)) {
+        reap_by_pid(pid, true);
+        return Err(needs_pidfds());
+    }
+    Ok((pid as u32, pidfd))
+}
+
+/// Why an unconfined worker cannot be started on this kernel.
+fn needs_pidfds() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "an unconfined worker needs Linux 5.4 or later: the host holds it by a pidfd \
+         (CLONE_PIDFD, waitid on a pidfd)",
+    )
+}
+
+/// Reaps this process's child `pid`, killing it first if `kill`. Only for a child not yet
+/// reaped: until then its pid cannot name another process.
+fn reap_by_pid(pid: libc::pid_t, kill: bool) {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    if kill {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    while matches!(
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()),
+        Err(rustix::io::Errno::INTR)
+    ) {}
 }
 
 /// The vfork child's body: the steps of [`spawn_vforked`], then `execve`. It returns only by
