@@ -110,6 +110,26 @@ pub fn parent_of(pid: u32) -> u32 {
         .unwrap_or_else(|| panic!("no parent for {pid} in /proc"))
 }
 
+/// This process's children that are zombies (ended, not reaped), from `/proc`.
+pub fn zombie_children() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+            };
+            (field("PPid:")? == me && field("State:")?.starts_with('Z')).then_some(pid)
+        })
+        .collect()
+}
+
 /// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is the
 /// name a confined rogue took (`air-<hex>`; its pid inside its own PID namespace names nothing here).
 pub const PID_MAX_LIMIT: u32 = 1 << 22;

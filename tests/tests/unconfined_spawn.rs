@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use airlock_host::{Confinement, ExitInfo, Host, HostBuilder, LostReason, SpawnError};
-use airlock_tests::e2e::wait_until;
+use airlock_tests::e2e::{wait_until, zombie_children};
 
 /// A `sleep` argument no other process has: 1000 seconds and a fraction naming the test.
 fn unique_sleep(test: u32) -> String {
@@ -222,17 +222,11 @@ async fn an_unconfined_worker_has_only_the_environment_and_directory_it_was_give
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_whose_program_is_missing_fails_with_enoent() {
     for program in ["/nonexistent/airlock/worker", "airlock-no-such-program"] {
-        let err = match sleeper(program, "1")
-            .env("PATH", "/usr/bin:/bin")
-            .spawn()
-            .await
-        {
-            Ok(host) => {
-                host.shutdown().await;
-                panic!("{program} started");
-            }
-            Err(err) => err,
-        };
+        let err = spawn_error(
+            sleeper(program, "1").env("PATH", "/usr/bin:/bin"),
+            &format!("{program} started"),
+        )
+        .await;
         match &err {
             SpawnError::Exec { source, .. } => {
                 assert_eq!(source.raw_os_error(), Some(libc::ENOENT), "{program}")
@@ -244,17 +238,11 @@ async fn an_unconfined_worker_whose_program_is_missing_fails_with_enoent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_that_cannot_enter_its_directory_fails_with_the_reason() {
-    let err = match sleeper("/bin/sleep", "1")
-        .current_dir("/nonexistent/airlock/dir")
-        .spawn()
-        .await
-    {
-        Ok(host) => {
-            host.shutdown().await;
-            panic!("started in a missing directory");
-        }
-        Err(err) => err,
-    };
+    let err = spawn_error(
+        sleeper("/bin/sleep", "1").current_dir("/nonexistent/airlock/dir"),
+        "started in a missing directory",
+    )
+    .await;
     assert!(
         matches!(&err, SpawnError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT)),
         "{err:?}"
@@ -263,19 +251,14 @@ async fn an_unconfined_worker_that_cannot_enter_its_directory_fails_with_the_rea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_exit_code_is_reported() {
-    let err = match Host::builder("/bin/sh")
-        .confinement(Confinement::none())
-        .arg("-c")
-        .arg("exit 42")
-        .spawn()
-        .await
-    {
-        Ok(host) => {
-            host.shutdown().await;
-            panic!("sh said hello");
-        }
-        Err(err) => err,
-    };
+    let err = spawn_error(
+        Host::builder("/bin/sh")
+            .confinement(Confinement::none())
+            .arg("-c")
+            .arg("exit 42"),
+        "sh said hello",
+    )
+    .await;
     assert_eq!(
         exited(&err),
         Some(ExitInfo {
@@ -286,36 +269,23 @@ async fn an_unconfined_worker_exit_code_is_reported() {
     );
 }
 
-/// The `errno` an unconfined spawn of `builder` failed with; panics if it started.
-async fn exec_errno(builder: HostBuilder, what: &str) -> Option<i32> {
+/// Why a spawn of `builder` failed; panics, saying `started`, if it started.
+async fn spawn_error(builder: HostBuilder, started: &str) -> SpawnError {
     match builder.spawn().await {
         Ok(host) => {
             host.shutdown().await;
-            panic!("{what} started");
+            panic!("{started}");
         }
-        Err(SpawnError::Exec { source, .. }) => source.raw_os_error(),
-        Err(other) => panic!("{what}: expected Exec, got {other:?}"),
+        Err(err) => err,
     }
 }
 
-/// This process's children that are zombies (ended, not reaped), from `/proc`.
-fn zombie_children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(str::trim)
-            };
-            (field("PPid:")? == me && field("State:")?.starts_with('Z')).then_some(pid)
-        })
-        .collect()
+/// The `errno` an unconfined spawn of `builder` failed with; panics if it started.
+async fn exec_errno(builder: HostBuilder, what: &str) -> Option<i32> {
+    match spawn_error(builder, &format!("{what} started")).await {
+        SpawnError::Exec { source, .. } => source.raw_os_error(),
+        other => panic!("{what}: expected Exec, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -572,20 +542,15 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_takes_its_descendants_with_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_that_dumps_core_reports_its_signal() {
     let dir = airlock_tests::e2e::ScratchDir::new("unconfined-core");
-    let err = match Host::builder("/bin/sh")
-        .confinement(Confinement::none())
-        .arg("-c")
-        .arg("ulimit -c unlimited && kill -SEGV $$")
-        .current_dir(dir.join(""))
-        .spawn()
-        .await
-    {
-        Ok(host) => {
-            host.shutdown().await;
-            panic!("sh said hello");
-        }
-        Err(err) => err,
-    };
+    let err = spawn_error(
+        Host::builder("/bin/sh")
+            .confinement(Confinement::none())
+            .arg("-c")
+            .arg("ulimit -c unlimited && kill -SEGV $$")
+            .current_dir(dir.join("")),
+        "sh said hello",
+    )
+    .await;
     let dumped = std::fs::read_dir(dir.join(""))
         .unwrap()
         .flatten()

@@ -17,27 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_host::{Confinement, ExitInfo, Host, LostReason, SpawnError};
-use airlock_tests::e2e::{call_pid, wait_until, worker_bin};
-
-/// This process's children that are zombies (ended, not reaped), from `/proc`.
-fn zombie_children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(str::trim)
-            };
-            (field("PPid:")? == me && field("State:")?.starts_with('Z')).then_some(pid)
-        })
-        .collect()
-}
+use airlock_tests::e2e::{call_pid, wait_until, worker_bin, zombie_children};
 
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
