@@ -423,8 +423,13 @@ async fn an_unconfined_worker_that_dies_takes_its_descendants_with_it() {
         .await
         .unwrap();
     let worker = airlock_tests::e2e::call_pid(&host).await.unwrap();
-    let descendants = processes_with_argument(&argument);
-    assert_eq!(descendants.len(), 1, "the worker's descendant runs");
+    // The shell forks the `sleep` before it execs the worker, but the `sleep` may exec later.
+    wait_until(
+        "the worker's descendant runs",
+        Duration::from_secs(5),
+        || processes_with_argument(&argument).len() == 1,
+    )
+    .await;
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(worker as i32).unwrap(),
         rustix::process::Signal::KILL,
@@ -519,13 +524,16 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_takes_its_descendants_with_
             .await
             .unwrap();
         airlock_tests::e2e::call_pid(&host).await.unwrap();
+        // The shell forks the `sleep` before it execs the worker, but the `sleep` may exec
+        // later.
+        wait_until(
+            "the worker's descendant runs",
+            Duration::from_secs(5),
+            || processes_with_argument(&argument).len() == 1,
+        )
+        .await;
         std::mem::forget(host);
     });
-    assert_eq!(
-        processes_with_argument(&argument).len(),
-        1,
-        "the worker's descendant runs"
-    );
     drop(runtime);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !processes_with_argument(&argument).is_empty() && std::time::Instant::now() < deadline {
