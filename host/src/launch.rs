@@ -277,6 +277,25 @@ impl WorkerProcess {
     }
 }
 
+/// A worker dropped before it was reaped (its host's runtime ended without `shutdown`) takes
+/// what it started with it, as a reaped one does. In namespaces the keeper's death does that
+/// (init follows it, and the kernel empties the PID namespace); otherwise the worker leads a
+/// process group, which is killed here while the unreaped leader still holds its id (the
+/// child itself is then killed by its own drop).
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let WorkerProcess::Child {
+            pid,
+            pidfd: None,
+            exited: None,
+            ..
+        } = self
+        {
+            kill_group(*pid);
+        }
+    }
+}
+
 /// Removes a reaped worker's cgroup (everything in it died with the worker's PID namespace).
 fn remove_cgroup(cgroup: &mut Option<crate::confinement::WorkerCgroup>) {
     if let Some(mut cgroup) = cgroup.take() {
