@@ -448,12 +448,27 @@ async fn an_unconfined_worker_that_dies_takes_its_descendants_with_it() {
 async fn an_unconfined_spawn_dropped_midway_leaves_no_worker_and_no_zombie() {
     let argument = unique_sleep(6);
     let mut given_up_running = 0;
-    for delay_us in (0..40u64).map(|n| n * 150) {
+    // 40 points through a spawn's first 6 ms, then on with doubling delays (a loaded machine
+    // spawns slower) until one was given up with its worker running.
+    let delays = (0..40u64)
+        .map(|n| n * 150)
+        .chain(std::iter::successors(Some(8_000u64), |d| {
+            (*d < 4_000_000).then_some(d * 2)
+        }));
+    for delay_us in delays {
+        if delay_us >= 6_000 && given_up_running > 0 {
+            break;
+        }
         let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
         tokio::time::sleep(Duration::from_micros(delay_us)).await;
         given_up_running += usize::from(!processes_with_argument(&argument).is_empty());
         spawning.abort();
         let _ = spawning.await;
+        // Each attempt alone: the next one's count must not see this one's worker.
+        wait_until("no worker left running", Duration::from_secs(5), || {
+            processes_with_argument(&argument).is_empty()
+        })
+        .await;
     }
     assert!(
         given_up_running > 0,
