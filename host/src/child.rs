@@ -137,7 +137,9 @@ impl Drop for ClonedChild {
         let pidfd = pidfd.into_inner();
         let _ = pidfd_send_signal(&pidfd, Signal::KILL);
         // And everything it started: the child leads its own process group, and its pid (the
-        // group's id) cannot be taken by another process until it is reaped below.
+        // group's id) cannot be taken by another process until it is reaped below. (A running
+        // worker's `WorkerProcess` does this too when dropped; this covers a child dropped
+        // before it has one: a spawn given up after the clone.)
         crate::launch::kill_group(self.pid);
         if let Ok(Some(_)) = reap(&pidfd, WaitIdOptions::NOHANG) {
             return;

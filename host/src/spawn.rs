@@ -129,19 +129,14 @@ fn exec_image(
         .collect::<Result<_, _>>()?;
     let cwd = settings.cwd.as_deref().map(c_string).transpose()?;
     let mut host = WorkerStdio::default();
-    let stdin = if wiring.piped {
-        let (child_end, host_end) = cloexec_pipe()?;
-        host.stdin = Some(pipe::Sender::from_owned_fd(host_end)?);
-        child_end
+    let (stdin, stdout) = if wiring.piped {
+        let (child_reads, host_writes) = cloexec_pipe()?;
+        let (host_reads, child_writes) = cloexec_pipe()?;
+        host.stdin = Some(pipe::Sender::from_owned_fd(host_writes)?);
+        host.stdout = Some(pipe::Receiver::from_owned_fd(host_reads)?);
+        (child_reads, child_writes)
     } else {
-        dev_null()?
-    };
-    let stdout = if wiring.piped {
-        let (host_end, child_end) = cloexec_pipe()?;
-        host.stdout = Some(pipe::Receiver::from_owned_fd(host_end)?);
-        child_end
-    } else {
-        dev_null()?
+        (dev_null()?, dev_null()?)
     };
     let (host_end, stderr) = cloexec_pipe()?;
     host.stderr = Some(pipe::Receiver::from_owned_fd(host_end)?);

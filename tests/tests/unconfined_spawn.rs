@@ -113,6 +113,11 @@ fn exited(err: &SpawnError) -> Option<ExitInfo> {
     }
 }
 
+/// Asserts that the spawn failed because its worker ended with exit `code` or by `signal`.
+fn assert_ended(err: &SpawnError, code: Option<i32>, signal: Option<i32>) {
+    assert_eq!(exited(err), Some(ExitInfo { code, signal }), "{err:?}");
+}
+
 /// A descriptor the host opened without close-on-exec, as code that is not airlock's may.
 fn leaky_descriptor() -> std::os::fd::OwnedFd {
     // `open` without O_CLOEXEC: rustix adds nothing of its own.
@@ -142,14 +147,7 @@ async fn an_unconfined_worker_holds_only_its_stdio_though_the_host_leaks_a_descr
     .await;
     drop(leaked);
     assert_eq!(seen.descriptors, [0, 1, 2]);
-    assert_eq!(
-        exited(&err),
-        Some(ExitInfo {
-            code: None,
-            signal: Some(libc::SIGKILL)
-        }),
-        "{err:?}"
-    );
+    assert_ended(&err, None, Some(libc::SIGKILL));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,14 +173,7 @@ async fn an_unconfined_worker_on_the_inherited_socket_holds_only_stdio_and_the_c
         [OsString::from("AIRLOCK_SOCKET_FD=3")],
         "only the channel's variable"
     );
-    assert_eq!(
-        exited(&err),
-        Some(ExitInfo {
-            code: None,
-            signal: Some(libc::SIGTERM)
-        }),
-        "{err:?}"
-    );
+    assert_ended(&err, None, Some(libc::SIGTERM));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,14 +250,7 @@ async fn an_unconfined_worker_exit_code_is_reported() {
         "sh said hello",
     )
     .await;
-    assert_eq!(
-        exited(&err),
-        Some(ExitInfo {
-            code: Some(42),
-            signal: None
-        }),
-        "{err:?}"
-    );
+    assert_ended(&err, Some(42), None);
 }
 
 /// Why a spawn of `builder` failed; panics, saying `started`, if it started.
@@ -583,14 +567,7 @@ async fn an_unconfined_worker_that_dumps_core_reports_its_signal() {
         dumped || !core_pattern.starts_with("core"),
         "the worker dumped core into its directory"
     );
-    assert_eq!(
-        exited(&err),
-        Some(ExitInfo {
-            code: None,
-            signal: Some(libc::SIGSEGV)
-        }),
-        "{err:?}"
-    );
+    assert_ended(&err, None, Some(libc::SIGSEGV));
 }
 
 /// The worker's ends of its stdio pipes block, as a program expects of its stdio; only the
