@@ -49,6 +49,35 @@ fn child_sleeping(argument: &str) -> Option<u32> {
         })
 }
 
+/// Starts the spawn of `builder` (whose worker runs `sleep argument`) in a task of its own, and
+/// returns it with the worker's pid once the `sleep` runs.
+async fn start_sleeping(
+    builder: HostBuilder,
+    argument: &str,
+) -> (tokio::task::JoinHandle<Result<Host, SpawnError>>, u32) {
+    let spawning = tokio::spawn(builder.spawn());
+    let mut pid = None;
+    wait_until("the sleeping worker", Duration::from_secs(10), || {
+        pid = child_sleeping(argument);
+        pid.is_some()
+    })
+    .await;
+    (spawning, pid.expect("found"))
+}
+
+/// An unconfined worker started by a shell that first leaves `sleep argument` running in the
+/// background: a descendant in the worker's process group.
+fn worker_leaving_a_sleep(argument: &str) -> HostBuilder {
+    Host::builder("/bin/sh")
+        .confinement(Confinement::none())
+        .arg("-c")
+        .arg(format!(
+            "sleep {argument} </dev/null >/dev/null 2>&1 & exec {}",
+            airlock_tests::e2e::worker_bin().display()
+        ))
+        .env("PATH", "/usr/bin:/bin")
+}
+
 /// What a started worker holds, read from outside.
 struct Seen {
     descriptors: Vec<u32>,
@@ -63,14 +92,7 @@ async fn inspect_then_kill(
     argument: &str,
     signal: rustix::process::Signal,
 ) -> (Seen, SpawnError) {
-    let spawning = tokio::spawn(builder.spawn());
-    let mut pid = None;
-    wait_until("the sleeping worker", Duration::from_secs(10), || {
-        pid = child_sleeping(argument);
-        pid.is_some()
-    })
-    .await;
-    let pid = pid.expect("found");
+    let (spawning, pid) = start_sleeping(builder, argument).await;
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     let mut descriptors: Vec<u32> = std::fs::read_dir(proc_dir.join("fd"))
         .unwrap()
@@ -346,14 +368,7 @@ async fn an_unconfined_worker_starts_with_no_signal_blocked_and_sigpipe_at_defau
         "the host ignores SIGPIPE, for the worker to inherit unless the spawn resets it"
     );
     let argument = unique_sleep(4);
-    let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
-    let mut pid = None;
-    wait_until("the sleeping worker", Duration::from_secs(10), || {
-        pid = child_sleeping(argument.as_str());
-        pid.is_some()
-    })
-    .await;
-    let pid = pid.expect("found");
+    let (spawning, pid) = start_sleeping(sleeper("/bin/sleep", &argument), &argument).await;
     let [blocked, ignored, caught] = signal_sets(pid);
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid as i32).unwrap(),
@@ -391,18 +406,11 @@ fn processes_with_argument(argument: &str) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_that_dies_takes_its_descendants_with_it() {
     let argument = unique_sleep(5);
-    let host = Host::builder("/bin/sh")
-        .confinement(Confinement::none())
+    let host = worker_leaving_a_sleep(&argument)
         .restart_policy(airlock_host::RestartPolicy {
             max_restarts: 0,
             ..Default::default()
         })
-        .arg("-c")
-        .arg(format!(
-            "sleep {argument} </dev/null >/dev/null 2>&1 & exec {}",
-            airlock_tests::e2e::worker_bin().display()
-        ))
-        .env("PATH", "/usr/bin:/bin")
         .spawn()
         .await
         .unwrap();
@@ -511,17 +519,7 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_takes_its_descendants_with_
         .build()
         .unwrap();
     runtime.block_on(async {
-        let host = Host::builder("/bin/sh")
-            .confinement(Confinement::none())
-            .arg("-c")
-            .arg(format!(
-                "sleep {argument} </dev/null >/dev/null 2>&1 & exec {}",
-                airlock_tests::e2e::worker_bin().display()
-            ))
-            .env("PATH", "/usr/bin:/bin")
-            .spawn()
-            .await
-            .unwrap();
+        let host = worker_leaving_a_sleep(&argument).spawn().await.unwrap();
         airlock_tests::e2e::call_pid(&host).await.unwrap();
         // The shell forks the `sleep` before it execs the worker, but the `sleep` may exec
         // later.
@@ -575,14 +573,7 @@ async fn an_unconfined_worker_that_dumps_core_reports_its_signal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfined_worker_gets_blocking_stdio() {
     let argument = unique_sleep(7);
-    let spawning = tokio::spawn(sleeper("/bin/sleep", &argument).spawn());
-    let mut pid = None;
-    wait_until("the sleeping worker", Duration::from_secs(10), || {
-        pid = child_sleeping(argument.as_str());
-        pid.is_some()
-    })
-    .await;
-    let pid = pid.expect("found");
+    let (spawning, pid) = start_sleeping(sleeper("/bin/sleep", &argument), &argument).await;
     let flags: Vec<u32> = (0..3)
         .map(|fd| {
             let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap();
