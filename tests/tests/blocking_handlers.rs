@@ -157,3 +157,67 @@ async fn an_answer_read_beside_a_blocking_call_does_not_wait_for_its_handler() {
     );
     host.shutdown().await;
 }
+
+/// A one-slot worker that reads the host's `Welcome` and a first blocking call in one chunk
+/// (a busy machine delays the worker until both are in the pipe) still runs that call on its
+/// serving thread: nothing is waiting to be written while it runs. Driven by a scripted host
+/// that writes both frames in one `write`, so the chunk is certain.
+#[test]
+fn a_call_read_together_with_the_welcome_still_runs_on_the_serving_thread() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+
+    use airlock_protocol::{Event, HostConfig, HostSession, Method, Outcome};
+
+    let mut worker = Command::new(worker_bin())
+        .args(["--max-concurrency", "1"])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the bundled worker");
+    let mut to_worker = worker.stdin.take().unwrap();
+    let mut from_worker = worker.stdout.take().unwrap();
+    let now = Instant::now();
+    let mut session = HostSession::new(HostConfig::default(), now);
+    let mut chunk = [0u8; 4096];
+    let mut next_event = |session: &mut HostSession| loop {
+        if let Some(event) = session.poll_event() {
+            return event;
+        }
+        let read = from_worker
+            .read(&mut chunk)
+            .expect("read the worker's frames");
+        assert!(read > 0, "the worker closed its channel");
+        session.handle_bytes(&chunk[..read]);
+    };
+    assert!(matches!(next_event(&mut session), Event::Ready(_)));
+    // The Welcome is queued; the call joins it, and both leave in one write.
+    let request = airlock_codec::to_vec(&0u64).unwrap();
+    let deadline = now + Duration::from_secs(10);
+    let mut rng = rand_core::UnwrapErr(rand_core::OsRng);
+    let id = session
+        .begin_call(BlockingThread::NAME, request.into(), deadline, &mut rng)
+        .unwrap();
+    let mut both = Vec::new();
+    while let Some(transmit) = session.poll_transmit() {
+        both.extend_from_slice(&transmit.to_vec());
+    }
+    to_worker.write_all(&both).unwrap();
+    let Event::Completed {
+        id: answered,
+        outcome: Outcome::Returned(body),
+    } = next_event(&mut session)
+    else {
+        panic!("the call was not answered");
+    };
+    assert_eq!(answered, id);
+    let thread: String =
+        airlock_codec::from_slice(&body, &airlock_codec::Limits::default()).unwrap();
+    assert_eq!(
+        thread, "main",
+        "the call read beside the Welcome went to a pool thread"
+    );
+    drop(to_worker);
+    assert!(worker.wait().unwrap().success());
+}

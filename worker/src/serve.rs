@@ -18,8 +18,8 @@ use std::sync::Arc;
 use airlock_codec::Limits;
 use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
 use airlock_protocol::{
-    BuildIdHasher, CallId, CloseReason, ErrorKind, RemoteError, ReplyError, TransportError,
-    WorkerConfig, WorkerEvent, WorkerSession,
+    BuildIdHasher, CallId, CloseReason, ErrorKind, RemoteError, ReplyError, Transmit,
+    TransportError, WorkerConfig, WorkerEvent, WorkerSession,
 };
 use bytes::Bytes;
 use tokio::sync::Semaphore;
@@ -83,12 +83,15 @@ pub(crate) async fn serve_on<T: Transport>(
             receiver: &mut receiver,
             pending_updates: &mut pending_updates,
         };
-        if let Some(end) = applying.events(!outgoing.is_busy()) {
+        // A blocking handler may run on the loop's thread only when nothing waits to be
+        // written: what the session queued so far joins the outbox first.
+        outbox.extend(std::iter::from_fn(|| applying.session.poll_transmit()));
+        if let Some(end) = applying.events(!outgoing.is_busy() && outbox.is_empty()) {
             break end;
         }
         // Pipelined calls: frames that are here already are applied now, so their answers
         // leave in the same write as this turn's.
-        match gather(&mut applying) {
+        match gather(&mut applying, &mut outbox, outgoing.is_busy()) {
             Ok(0) => {}
             Ok(_) => spin_until = spin.map(|window| std::time::Instant::now() + window),
             Err(end) => break end,
@@ -166,11 +169,16 @@ fn feed(
 }
 
 /// Applies up to [`GATHER`] more frames that need no waiting: decoded already, or readable at
-/// once (`poll_recv` with a waker that does nothing; a frame not yet whole stays buffered). It
-/// stops after a blocking handler ran on the loop, whose answer must not wait, and it never
-/// runs one there itself: the answers gathered so far would wait for it.
-/// Returns how many frames it applied, or how serving ends.
-fn gather<R: FrameReceiver>(applying: &mut Applying<'_, R>) -> Result<usize, Stop> {
+/// once (`poll_recv` with a waker that does nothing; a frame not yet whole stays buffered).
+/// What the session queued to send moves into `outbox` as it goes, so a blocking handler may
+/// run on the loop only while that is empty and no write is in flight (`writing`): nothing
+/// gathered so far then waits for it. It stops after such a handler ran, whose answer must
+/// not wait either. Returns how many frames it applied, or how serving ends.
+fn gather<R: FrameReceiver>(
+    applying: &mut Applying<'_, R>,
+    outbox: &mut Vec<Transmit>,
+    writing: bool,
+) -> Result<usize, Stop> {
     let mut frames = 0;
     while frames < GATHER && !applying.calls.ran_on_loop {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -178,7 +186,8 @@ fn gather<R: FrameReceiver>(applying: &mut Applying<'_, R>) -> Result<usize, Sto
             break;
         };
         let was_frame = feed(applying.session, incoming).map_err(Err)?;
-        if let Some(end) = applying.events(false) {
+        outbox.extend(std::iter::from_fn(|| applying.session.poll_transmit()));
+        if let Some(end) = applying.events(!writing && outbox.is_empty()) {
             return Err(end);
         }
         if !was_frame {
@@ -245,8 +254,8 @@ struct Applying<'a, R> {
 
 impl<R: FrameReceiver> Applying<'_, R> {
     /// Applies the session's events; `Some` when serving should stop with that result.
-    /// `loop_free`: no write is in flight, so a blocking handler run on the loop's thread holds
-    /// up nothing but its own answer.
+    /// `loop_free`: nothing is being or waiting to be written, so a blocking handler run on the
+    /// loop's thread holds up nothing but its own answer.
     fn events(&mut self, loop_free: bool) -> Option<Stop> {
         while let Some(event) = self.session.poll_event() {
             match event {
