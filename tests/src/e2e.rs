@@ -110,24 +110,50 @@ pub fn parent_of(pid: u32) -> u32 {
         .unwrap_or_else(|| panic!("no parent for {pid} in /proc"))
 }
 
+/// Every process `/proc` lists now, by pid (as this process numbers them).
+pub fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// This process's children in any state, zombies included (`/proc/<pid>/stat`).
+pub fn children() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    all_pids()
+        .into_iter()
+        .filter(|pid| stat_fields(*pid).is_some_and(|f| f.get(1) == Some(&me)))
+        .collect()
+}
+
 /// This process's children that are zombies (ended, not reaped), from `/proc`.
 pub fn zombie_children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let field = |name: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .map(str::trim)
-            };
-            (field("PPid:")? == me && field("State:")?.starts_with('Z')).then_some(pid)
-        })
+    children()
+        .into_iter()
+        .filter(|pid| is_zombie(*pid))
         .collect()
+}
+
+/// True if the command line of `pid` holds `argument` as a whole argument (not its first).
+pub fn has_argument(pid: u32, argument: &str) -> bool {
+    let wanted = format!("\0{argument}\0");
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&wanted))
+}
+
+/// True if `pid` has ended and is not yet reaped (state `Z` in `/proc/<pid>/stat`).
+fn is_zombie(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state == "Z"))
+}
+
+/// The command name of `pid` (`/proc/<pid>/comm`), if it is still there.
+fn command_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_owned())
 }
 
 /// The highest pid Linux can hand out (`PID_MAX_LIMIT`, 2^22): a larger worker identity is the
@@ -140,7 +166,7 @@ pub fn process_alive(pid: u32) -> bool {
     if pid >= PID_MAX_LIMIT {
         return named_process(pid).is_some();
     }
-    stat_fields(pid).is_some_and(|fields| fields.first().is_some_and(|state| state != "Z"))
+    stat_fields(pid).is_some() && !is_zombie(pid)
 }
 
 /// True while `/proc` still holds the process, a zombie included (killed but not yet reaped):
@@ -150,31 +176,17 @@ pub fn process_present(pid: u32) -> bool {
         return std::path::Path::new(&format!("/proc/{pid}")).exists();
     }
     let name = format!("air-{pid:08x}");
-    std::fs::read_dir("/proc").is_ok_and(|dir| {
-        dir.flatten().any(|entry| {
-            entry
-                .file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-                && std::fs::read_to_string(entry.path().join("comm"))
-                    .is_ok_and(|comm| comm.trim_end() == name)
-        })
-    })
+    all_pids()
+        .into_iter()
+        .any(|pid| command_name(pid).is_some_and(|comm| comm == name))
 }
 
 /// The pid of a live process whose command name is `air-<id in hex>`, if there is one.
 pub fn named_process(id: u32) -> Option<u32> {
     let name = format!("air-{id:08x}");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
-            (comm.trim_end() == name
-                && stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z")))
-            .then_some(pid)
-        })
+    all_pids()
+        .into_iter()
+        .find(|pid| command_name(*pid).is_some_and(|comm| comm == name) && process_alive(*pid))
 }
 
 /// The session id of a process, from `/proc/<pid>/stat`. Read there rather than with

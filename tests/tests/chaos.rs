@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, LostReason, Pool, RestartPolicy, TransportChoice};
-use airlock_tests::e2e::{call_pid, rogue_host, rogue_host_in, stat_fields, Misbehave, ScratchDir};
+use airlock_tests::e2e::{
+    all_pids, call_pid, rogue_host, rogue_host_in, stat_fields, Misbehave, ScratchDir,
+};
 use airlock_tests::support::STRIKES_AT_A_CALL;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
@@ -276,7 +278,7 @@ async fn chaos(calls: usize, transport: TransportChoice) {
     let groups: HashSet<u32> = pids.iter().copied().collect();
     let limit = Instant::now() + Duration::from_secs(5);
     loop {
-        let children = children();
+        let children = workers();
         let stragglers = group_members(&groups);
         let fds = open_fds();
         if children.is_empty() && stragglers.is_empty() && fds <= fds_before {
@@ -372,16 +374,8 @@ fn is_my_child(pid: u32) -> bool {
     false
 }
 
-fn all_pids() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-        .collect()
-}
-
-/// This process's children, in any state (zombies included).
-fn children() -> Vec<u32> {
+/// This process's workers (see [`is_my_child`]), in any state (zombies included).
+fn workers() -> Vec<u32> {
     all_pids().into_iter().filter(|p| is_my_child(*p)).collect()
 }
 

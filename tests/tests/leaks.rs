@@ -5,26 +5,8 @@
 use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, HostConfig};
-use airlock_tests::e2e::{call_pid, worker_bin};
+use airlock_tests::e2e::{call_pid, children, worker_bin};
 use airlock_worker::builtin::Sleep;
-
-/// This process's children, in any state (zombies included).
-fn children() -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            let after = stat.rsplit(')').next().unwrap_or("");
-            if after.split_whitespace().nth(1) == Some(me.as_str()) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
 
 fn open_fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()

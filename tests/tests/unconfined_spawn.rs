@@ -18,7 +18,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use airlock_host::{Confinement, ExitInfo, Host, HostBuilder, LostReason, SpawnError};
-use airlock_tests::e2e::{wait_until, zombie_children};
+use airlock_tests::e2e::{
+    all_pids, children, has_argument, process_alive, wait_until, zombie_children,
+};
 
 /// A `sleep` argument no other process has: 1000 seconds and a fraction naming the test.
 fn unique_sleep(test: u32) -> String {
@@ -34,19 +36,9 @@ fn sleeper(program: impl Into<PathBuf>, argument: &str) -> HostBuilder {
 
 /// The pid of this process's child whose command line is `sleep argument`.
 fn child_sleeping(argument: &str) -> Option<u32> {
-    let wanted = format!("\0{argument}\0");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-            let parent = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim();
-            (String::from_utf8_lossy(&cmdline).contains(&wanted)
-                && parent == std::process::id().to_string())
-            .then_some(pid)
-        })
+    children()
+        .into_iter()
+        .find(|pid| has_argument(*pid, argument))
 }
 
 /// Starts the spawn of `builder` (whose worker runs `sleep argument`) in a task of its own, and
@@ -387,17 +379,9 @@ async fn an_unconfined_worker_starts_with_no_signal_blocked_and_sigpipe_at_defau
 
 /// The live processes whose command line holds `argument` as a whole argument.
 fn processes_with_argument(argument: &str) -> Vec<u32> {
-    let wanted = format!("\0{argument}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            (String::from_utf8_lossy(&cmdline).contains(&wanted)
-                && airlock_tests::e2e::process_alive(pid))
-            .then_some(pid)
-        })
+    all_pids()
+        .into_iter()
+        .filter(|pid| has_argument(*pid, argument) && process_alive(*pid))
         .collect()
 }
 
@@ -494,7 +478,7 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_is_killed_and_reaped() {
         std::mem::forget(host);
         pid
     });
-    assert!(airlock_tests::e2e::process_alive(pid));
+    assert!(process_alive(pid));
     drop(runtime);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while airlock_tests::e2e::process_present(pid) && std::time::Instant::now() < deadline {
@@ -503,7 +487,7 @@ fn an_unconfined_worker_of_a_runtime_that_shuts_down_is_killed_and_reaped() {
     assert!(
         !airlock_tests::e2e::process_present(pid),
         "worker {pid} is still there (alive: {})",
-        airlock_tests::e2e::process_alive(pid)
+        process_alive(pid)
     );
 }
 
