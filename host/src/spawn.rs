@@ -415,6 +415,17 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     channel.admit(prepared.expected.uid)?;
     let mut command = base_command(settings, &prepared);
     let channel_fd = channel.wiring()?.into_command(&mut command);
+    if plan.namespaced {
+        let channel_number = channel_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        plan.worker = Some(
+            crate::sys::WorkerExec::of(command.as_std(), channel_number).map_err(|source| {
+                SpawnError::Exec {
+                    program: settings.program.clone(),
+                    source,
+                }
+            })?,
+        );
+    }
     let set_up: crate::sys::SetUp = Box::new(move || plan.run());
     crate::sys::prepare_child(&mut command, Some(set_up), channel_fd);
     let spawned = crate::spawner::spawn(command)

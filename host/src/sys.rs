@@ -1,6 +1,7 @@
 //! The one place this crate needs `unsafe`: code that runs in the forked child before `exec`,
-//! the clone that starts an unconfined worker without a fork ([`spawn_vforked`]) and its
-//! child's steps, one read of this process's `SIGCHLD` disposition
+//! the clones that start a worker without a fork (an unconfined one from the host,
+//! [`spawn_vforked`]; a confined one from the sandbox's init, [`exec_in_sandbox`]) and their
+//! children's steps, one read of this process's `SIGCHLD` disposition
 //! (`children_reaped_by_kernel`), one probe for a thread of this process (`thread_exists`),
 //! and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
 //! ids).
@@ -585,6 +586,202 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
     } else {
         Ok(rc as i32)
     }
+}
+
+/// What the namespace's init needs to start the worker without a fork: the worker's command,
+/// built before the spawn's first fork (`std::process::Command`'s own program, arguments and
+/// environment, so the worker runs what `std` would have run), and a stack for the child.
+pub(crate) struct WorkerExec {
+    program: std::ffi::CString,
+    _argv: Vec<std::ffi::CString>,
+    _envp: Vec<std::ffi::CString>,
+    /// Null-terminated arrays of pointers into `_argv` and `_envp`, whose heap buffers do not
+    /// move when this value does.
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    /// The channel to move to fd 3 (the inherited socket), as numbered in the forked child.
+    channel: Option<RawFd>,
+    stack: VforkStack,
+}
+
+// SAFETY: the raw pointers point into strings this value owns (heap buffers that stay put when
+// it moves) and into its own mapping; they are read only by the clone child in
+// `exec_in_sandbox`, in a process with one thread. Sending or sharing the value between threads
+// of the host, which never dereference them, cannot race.
+unsafe impl Send for WorkerExec {}
+// SAFETY: as for `Send`: nothing reachable through a shared reference is ever written.
+unsafe impl Sync for WorkerExec {}
+
+impl std::fmt::Debug for WorkerExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerExec")
+            .field("program", &self.program)
+            .field("channel", &self.channel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerExec {
+    /// The exec of `command` (its program and arguments, and exactly the variables set on it:
+    /// the command's environment must have been cleared), with `channel` moved to fd 3 first.
+    /// Refuses a string holding a NUL byte, as `Command::spawn` does.
+    pub(crate) fn of(
+        command: &std::process::Command,
+        channel: Option<RawFd>,
+    ) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let c_string = |bytes: &[u8]| {
+            std::ffi::CString::new(bytes).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "nul byte found in provided data",
+                )
+            })
+        };
+        let program = c_string(command.get_program().as_bytes())?;
+        let argv = std::iter::once(command.get_program())
+            .chain(command.get_args())
+            .map(|arg| c_string(arg.as_bytes()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let envp = command
+            .get_envs()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .map(|(key, value)| {
+                let mut entry = key.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(value.as_bytes());
+                c_string(&entry)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let pointers = |strings: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Ok(Self {
+            argv: pointers(&argv),
+            envp: pointers(&envp),
+            program,
+            _argv: argv,
+            _envp: envp,
+            channel,
+            stack: VforkStack::new()?,
+        })
+    }
+}
+
+/// What init's clone child reads, in memory it shares with init (suspended meanwhile), and
+/// what it writes: the `errno` of the step that failed, and whether that step was `setsid`.
+struct SandboxArgs<'exec> {
+    exec: &'exec WorkerExec,
+    errno: std::sync::atomic::AtomicI32,
+    in_setsid: std::sync::atomic::AtomicBool,
+}
+
+/// Why init could not start the worker.
+#[derive(Debug)]
+pub(crate) enum SandboxExecError {
+    /// The clone itself, or the worker's own session (`setsid`).
+    Start(rustix::io::Errno),
+    /// Moving the channel to fd 3, or `execve`: the program's own failure, as `std` reports
+    /// its `exec`.
+    Exec(rustix::io::Errno),
+}
+
+/// Init starts the worker: `clone(CLONE_VM | CLONE_VFORK)` onto the worker's own stack, then in
+/// the child a session of its own, the channel moved to fd 3, and `execve`. The child shares
+/// init's memory until its `exec` (init is suspended until then), so no copy of the host's
+/// memory is made for it, nor torn down by its `exec`. Everything else the worker runs under
+/// (namespaces, identity, root, limits, capabilities, Landlock, seccomp) it inherits from init,
+/// which applied it before this call. Returns the worker's pid, or why it could not start (the
+/// child is reaped then).
+///
+/// Only in init: a process with one thread, whose signal handlers are all back to the default
+/// (so none can run on the shared memory) and whose signal mask `std` emptied before the
+/// set-up began.
+pub(crate) fn exec_in_sandbox(exec: &WorkerExec) -> Result<i32, SandboxExecError> {
+    use std::sync::atomic::Ordering;
+    let args = SandboxArgs {
+        exec,
+        errno: std::sync::atomic::AtomicI32::new(0),
+        in_setsid: std::sync::atomic::AtomicBool::new(false),
+    };
+    // SAFETY: the child runs `sandbox_child` on `exec.stack`, which nothing else uses; it shares
+    // this process's memory while this single thread is suspended until it has called `execve`
+    // or `_exit` (CLONE_VFORK), so `args` and what it points at stay alive and unchanged. The
+    // child writes only `args.errno` (atomic) and its own stack, allocates nothing and takes no
+    // lock. No pidfd, tls or tid is asked for, so the remaining pointers are unused.
+    let pid = unsafe {
+        libc::clone(
+            sandbox_child,
+            exec.stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(args).cast_mut().cast::<libc::c_void>(),
+        )
+    };
+    if pid < 0 {
+        return Err(SandboxExecError::Start(last_errno()));
+    }
+    let errno = args.errno.load(Ordering::SeqCst);
+    if errno != 0 {
+        reap_by_pid(pid, false);
+        let errno = rustix::io::Errno::from_raw_os_error(errno);
+        return Err(if args.in_setsid.load(Ordering::SeqCst) {
+            SandboxExecError::Start(errno)
+        } else {
+            SandboxExecError::Exec(errno)
+        });
+    }
+    Ok(pid)
+}
+
+/// Init's clone child: the steps of [`exec_in_sandbox`]. It returns only by ending the
+/// process: with 127 and the failed step's `errno` in `args.errno`.
+extern "C" fn sandbox_child(args: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `args` is the `SandboxArgs` that `exec_in_sandbox` passed to clone; init is
+    // suspended until this process execs or exits, so it is alive and nothing writes to it.
+    let args = unsafe { &*args.cast_const().cast::<SandboxArgs<'_>>() };
+    let errno = sandbox_child_steps(args);
+    args.errno
+        .store(errno.max(1), std::sync::atomic::Ordering::SeqCst);
+    exit_now(127)
+}
+
+/// The worker's last steps before `execve`; returns only on failure, with the `errno` to
+/// report. System calls on memory prepared before the spawn's first fork, nothing else.
+fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
+    let exec = args.exec;
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // A session (and process group) of its own: no controlling terminal, and no signal aimed
+    // at the host's group reaches it.
+    // SAFETY: a plain system call.
+    if unsafe { libc::setsid() } < 0 {
+        args.in_setsid
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        return errno();
+    }
+    if let Some(channel) = exec.channel {
+        if let Err(err) = move_channel_to_3(channel) {
+            return err.raw_os_error().unwrap_or(libc::EBADF);
+        }
+    }
+    // SAFETY: `program` is a NUL-terminated string and `argv`, `envp` null-terminated arrays
+    // of such strings, all owned by `exec`, which the suspended init keeps alive. On success
+    // it does not return.
+    unsafe {
+        libc::execve(
+            exec.program.as_ptr(),
+            exec.argv.as_ptr(),
+            exec.envp.as_ptr(),
+        )
+    };
+    errno()
 }
 
 /// Removes capability number `cap` from the bounding set (`PR_CAPBSET_DROP`).

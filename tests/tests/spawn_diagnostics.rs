@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use airlock_host::{
-    Confinement, HandshakeError, Host, HostBuilder, HostConfig, LostReason, SpawnError,
-    ViolationCode, STDERR_TAIL_LINES,
+    Confinement, ConfinementError, ConfinementStep, HandshakeError, Host, HostBuilder, HostConfig,
+    LostReason, SpawnError, ViolationCode, STDERR_TAIL_LINES,
 };
 
 /// A scratch directory of shell scripts, removed on drop.
@@ -228,5 +228,35 @@ async fn a_silent_program_times_out_naming_the_deadline_and_its_setting() {
             message.contains("HostConfig::handshake_timeout"),
             "{mode}: {message}"
         );
+    }
+}
+
+/// A step that fails inside the sandbox's init (here `setrlimit`: a new user namespace may not
+/// raise the descriptor limit above the host's hard limit) is named at once, as the failed
+/// step. The keeper must not wait for the worker's status that init, failing, never wrote:
+/// the spawn holds that pipe open until the keeper ends, and waits for the keeper once told
+/// of the failure (else the answer is the spawner's `NoAnswer`, after its deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_fails_in_the_sandboxs_init_is_named_at_once() {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .expect("the descriptor limit is finite");
+    let policy = Confinement::strict().max_open_files(hard + 1);
+    let started = Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        spawn_error(Host::builder(airlock_tests::e2e::worker_bin()).confinement(policy)),
+    )
+    .await
+    .expect("the spawn answered");
+    match &err {
+        SpawnError::Confinement(ConfinementError::Step { step, source }) => {
+            assert_eq!(*step, ConfinementStep::ResourceLimits, "{err}");
+            assert_eq!(source.raw_os_error(), Some(libc::EPERM), "{err}");
+        }
+        other => panic!(
+            "expected the failed step, got {other:?} after {:?}",
+            started.elapsed()
+        ),
     }
 }

@@ -1,12 +1,12 @@
 //! What runs between fork and `exec`: the keeper creates init in the worker's namespaces,
-//! init builds the sandbox and locks itself down, then forks the worker, in this order:
+//! init builds the sandbox and locks itself down, then starts the worker, in this order:
 //!
 //! ```text
-//! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──fork──▶ worker (PID 2)
+//! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──clone(VM|VFORK)──▶ worker (PID 2)
 //!                  │ list the host's memory       │ parent-death signal,   │ own session
-//!                  │ write uid/gid maps           │   wait for "go"        ▼ exec
-//!                  │ oom_score_adj, "go"          │ copy granted paths (open_tree)
-//!                  │ cgroup, "joined"             │
+//!                  │ write uid/gid maps           │   wait for "go"        │ channel to fd 3
+//!                  │ oom_score_adj, "go"          │ copy granted paths     ▼ execve
+//!                  │ cgroup, "joined"             │   (open_tree)
 //!                  │ report init's pid            │
 //!                  │ close every descriptor       │
 //!                  │ drop the host's memory       │
@@ -17,7 +17,7 @@
 //!                                                 │   cgroup namespace
 //!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp
-//!                                                 │ fork the worker, close everything
+//!                                                 │ start the worker, close everything
 //!                                                 │ drop the host's memory
 //!                                                 ▼ reap; report the worker's status; exit
 //! ```
@@ -25,7 +25,9 @@
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
 //! failing step writes `(step, errno)` to the report pipe so the host can name it. The keeper
 //! and init never `exec`: once only their wait is left, they unmap their copy of the host's
-//! memory (`host_memory`), which they would otherwise hold for the worker's whole life.
+//! memory (`host_memory`), which they would otherwise hold for the worker's whole life. The
+//! worker is not a fork: it shares init's memory until its own `exec` (`sys::exec_in_sandbox`,
+//! as `posix_spawn` does), so no third copy of the host's memory is made for it.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -37,16 +39,38 @@ use super::plan::{ChildPlan, REPORT_ERROR, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
 
+/// Why the child stopped before the worker ran.
+enum ChildFailure {
+    /// A confinement step, named on the report pipe.
+    Step(ConfinementStep, Errno),
+    /// The worker's `execve`: the program's own failure, which the spawn reports as `std`
+    /// reports a failed `exec`, from the error alone.
+    Exec(Errno),
+}
+
+impl From<(ConfinementStep, Errno)> for ChildFailure {
+    fn from((step, errno): (ConfinementStep, Errno)) -> Self {
+        Self::Step(step, errno)
+    }
+}
+
 impl ChildPlan {
-    /// The closure body run in the forked child before `exec`.
+    /// The closure body run in the forked child before `exec`. With namespaces it returns only
+    /// on failure: the worker is started, and `exec`s, from init.
     pub(crate) fn run(&mut self) -> std::io::Result<()> {
         let result = if self.namespaced {
             self.keep()
         } else {
-            self.confine_in_place()
+            self.confine_in_place().map_err(ChildFailure::from)
         };
-        result.map_err(|(step, errno)| {
-            self.report(REPORT_ERROR, step.code(), errno.raw_os_error());
+        result.map_err(|failure| {
+            let errno = match failure {
+                ChildFailure::Step(step, errno) => {
+                    self.report(REPORT_ERROR, step.code(), errno.raw_os_error());
+                    errno
+                }
+                ChildFailure::Exec(errno) => errno,
+            };
             std::io::Error::from_raw_os_error(errno.raw_os_error())
         })
     }
@@ -57,9 +81,9 @@ impl ChildPlan {
         let _ = rustix::io::write(&self.report, &record);
     }
 
-    /// The keeper: creates the worker, maps its ids, lets it go, reports its pid, then stays
-    /// as its parent until it ends. Returns only in the worker, or on failure.
-    fn keep(&mut self) -> StepResult {
+    /// The keeper: creates init, maps its ids, lets it go, reports its pid, then stays as its
+    /// parent until it ends. Returns only on failure (in the keeper, or in init).
+    fn keep(&mut self) -> Result<(), ChildFailure> {
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
         let pid = crate::sys::clone_into_namespaces(super::namespaces::CLONE_FLAGS)
@@ -79,7 +103,7 @@ impl ChildPlan {
         }
         // Moving a task between cgroups can take a millisecond or more (cgroup v1 waits for
         // an RCU grace period): done while init builds its root, and init waits for "joined"
-        // before it forks the worker or enters a cgroup namespace.
+        // before it starts the worker or enters a cgroup namespace.
         if let Some(cgroup) = &self.cgroup {
             cgroup.join(pid).map_err(|e| (ConfinementStep::Cgroup, e))?;
         }
@@ -114,15 +138,10 @@ impl ChildPlan {
             ) {
                 Ok(Some((_, init_status))) => {
                     // The worker's own status, if init reported it; else init's.
-                    let mut raw = [0u8; 4];
-                    let reported = status
+                    let ended = status
                         .as_ref()
-                        .is_some_and(|fd| rustix::io::read(fd, &mut raw) == Ok(4));
-                    let ended = if reported {
-                        i32::from_le_bytes(raw)
-                    } else {
-                        init_status.as_raw()
-                    };
+                        .and_then(reported_status)
+                        .unwrap_or(init_status.as_raw());
                     if libc::WIFEXITED(ended) {
                         crate::sys::exit_now(libc::WEXITSTATUS(ended));
                     }
@@ -138,24 +157,24 @@ impl ChildPlan {
     }
 
     /// PID 1 of the worker's namespaces, still running the host's code: it builds the sandbox,
-    /// locks itself down, then forks the worker (PID 2), which goes on to `exec`, and stays as
+    /// locks itself down, then starts the worker (PID 2), which `exec`s at once, and stays as
     /// the namespace's init. An init that never execs keeps its parent-death signal whatever
     /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
     /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
-    fn init(&mut self, host_memory: &HostMemory) -> StepResult {
+    fn init(&mut self, host_memory: &HostMemory) -> Result<(), ChildFailure> {
         use ConfinementStep::Synchronise;
         self.go_write = None;
         self.status_read = None;
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
             .map_err(|e| (Synchronise, e))?;
         let Some(go) = self.go_read.take() else {
-            return Err((Synchronise, Errno::BADF));
+            return Err((Synchronise, Errno::BADF).into());
         };
         let mut byte = [0u8; 1];
         match rustix::io::read(&go, &mut byte) {
             Ok(1) => {}
-            Ok(_) => return Err((Synchronise, Errno::PIPE)),
-            Err(e) => return Err((Synchronise, e)),
+            Ok(_) => return Err((Synchronise, Errno::PIPE).into()),
+            Err(e) => return Err((Synchronise, e).into()),
         }
         keeper_alive(&go)?;
         // Init is a fork of the host, holding a copy of its memory: never dumpable, so the
@@ -185,27 +204,33 @@ impl ChildPlan {
         // cgroup namespace rooted there.
         match rustix::io::read(&go, &mut byte) {
             Ok(1) if byte[0] == b'j' => {}
-            Ok(_) => return Err((Synchronise, Errno::PIPE)),
-            Err(e) => return Err((Synchronise, e)),
+            Ok(_) => return Err((Synchronise, Errno::PIPE).into()),
+            Err(e) => return Err((Synchronise, e).into()),
         }
         crate::sys::unshare_cgroup_namespace().map_err(|e| (ConfinementStep::Cgroup, e))?;
         self.limits.apply()?;
         super::process::drop_capabilities()?;
         self.lock_down(true)?;
-        let worker = crate::sys::clone_into_namespaces(0)
-            .map_err(|e| (ConfinementStep::CreateNamespaces, e))?;
-        if worker == 0 {
-            // The worker: a session of its own, then `exec`.
-            return super::process::own_session();
-        }
+        // The worker shares this process's memory until its `exec`: no copy of the host's.
+        let Some(exec) = &self.worker else {
+            return Err(ChildFailure::Step(
+                ConfinementStep::Synchronise,
+                Errno::INVAL,
+            ));
+        };
+        let worker = crate::sys::exec_in_sandbox(exec).map_err(|err| match err {
+            crate::sys::SandboxExecError::Start(errno) => {
+                ChildFailure::Step(ConfinementStep::Session, errno)
+            }
+            crate::sys::SandboxExecError::Exec(errno) => ChildFailure::Exec(errno),
+        })?;
         // Init: hold nothing of the host's (the channel, stdio and the spawn's error pipe
-        // close with the worker's `exec`), reap whatever is orphaned here, and end as the
-        // worker ends.
+        // closed in the worker with its `exec`), reap whatever is orphaned here, and end as
+        // the worker ends.
         drop(go);
         let status = self.status_write.take();
         crate::sys::close_all_except(&[status.as_ref().map_or(-1, |f| f.as_raw_fd())]);
-        // Only the wait below runs from here, on this stack: the host's memory goes (the
-        // worker forked above has its own copy, which its `exec` replaces).
+        // Only the wait below runs from here, on this stack: the host's memory goes.
         host_memory.drop_all();
         loop {
             match rustix::process::wait(rustix::process::WaitOptions::empty()) {
@@ -268,6 +293,27 @@ impl ChildPlan {
         }
         Ok(())
     }
+}
+
+/// The worker's wait status as init wrote it to `status` before it exited, if it did. Never
+/// waits: init has been reaped, so what it wrote is there already, and a pipe whose other end
+/// is still open elsewhere (the host holds a copy until its spawn returns, and the spawn waits
+/// for this process) must not be read until it closes.
+fn reported_status(status: &OwnedFd) -> Option<i32> {
+    let mut fds = [rustix::event::PollFd::new(
+        status,
+        rustix::event::PollFlags::IN,
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&zero)).ok()?;
+    if !fds[0].revents().contains(rustix::event::PollFlags::IN) {
+        return None;
+    }
+    let mut raw = [0u8; 4];
+    (rustix::io::read(status, &mut raw) == Ok(4)).then(|| i32::from_le_bytes(raw))
 }
 
 /// The keeper holds the write end of `go` open for as long as it lives: a hang-up means it

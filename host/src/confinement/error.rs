@@ -51,7 +51,7 @@ pub enum ConfinementStep {
     PivotRoot,
     /// Entering the working directory.
     WorkingDirectory,
-    /// Starting a session of its own.
+    /// Starting the worker from init in a session of its own (the clone, `setsid`).
     Session,
     /// Setting resource limits.
     ResourceLimits,

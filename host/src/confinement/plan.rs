@@ -43,6 +43,9 @@ pub(crate) struct ChildPlan {
     pub(crate) cgroup: Option<super::cgroup::CgroupJoin>,
     /// The host's pid, for a child confined in place to check it still has its parent.
     pub(crate) host: rustix::process::Pid,
+    /// How init starts the worker (namespaces only; the spawn sets it once the command is
+    /// complete). A child confined in place goes on to `std`'s own `exec` instead.
+    pub(crate) worker: Option<crate::sys::WorkerExec>,
 }
 
 /// What the host keeps of a confined spawn.
@@ -261,6 +264,7 @@ pub(crate) fn prepare(
         status_write,
         cgroup: cgroup_join,
         host: rustix::process::getpid(),
+        worker: None,
     };
     let prepared = Prepared {
         program,

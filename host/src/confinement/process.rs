@@ -116,11 +116,3 @@ pub(crate) fn clear_capability_sets() -> Result<(), (ConfinementStep, Errno)> {
 pub(crate) fn no_new_privs() -> Result<(), (ConfinementStep, Errno)> {
     rustix::thread::set_no_new_privs(true).map_err(|e| (ConfinementStep::NoNewPrivs, e))
 }
-
-/// In the child: a session (and process group) of its own, so it has no controlling terminal
-/// and no signal aimed at the host's group reaches it.
-pub(crate) fn own_session() -> Result<(), (ConfinementStep, Errno)> {
-    rustix::process::setsid()
-        .map(|_| ())
-        .map_err(|e| (ConfinementStep::Session, e))
-}
