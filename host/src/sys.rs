@@ -258,6 +258,31 @@ impl Drop for VforkStack {
     }
 }
 
+/// Sets this thread's signal mask to `mask` (the kernel's 64-signal set, glibc's own signals
+/// included, which `sigprocmask` would not touch) and returns the mask it had, or the `errno`.
+/// A bare system call: safe between clone and `exec`.
+fn swap_signal_mask(mask: u64) -> Result<u64, i32> {
+    let mut previous = 0u64;
+    // SAFETY: `rt_sigprocmask` on two 8-byte kernel signal sets (the kernel's size on Linux), a
+    // readable one and a writable one, both live for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &mask,
+            &mut previous,
+            8usize,
+        )
+    };
+    if rc == 0 {
+        Ok(previous)
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    }
+}
+
 /// Starts `image` the way glibc's `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)`, so the
 /// cost does not grow with this process's memory (a `fork` copies its page tables), then
 /// `execve` in the child. Returns the child's pid and a pidfd for it, taken atomically with
@@ -302,20 +327,9 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
     };
     let stack = VforkStack::new()?;
     let mut pidfd: libc::c_int = -1;
-    let all_signals = !0u64;
-    let mut saved_mask = 0u64;
-    // SAFETY: `rt_sigprocmask` on two 8-byte kernel signal sets (the kernel's size on Linux),
-    // a readable one and a writable one, both live for the call. Blocking every signal,
-    // glibc's own (SIGCANCEL, SIGSETXID) included, is what `posix_spawn` does.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &all_signals,
-            &mut saved_mask,
-            8usize,
-        )
-    };
+    // Every signal blocked, glibc's own (SIGCANCEL, SIGSETXID) included, as `posix_spawn`
+    // does. (Only an invalid argument could make it fail.)
+    let saved_mask = swap_signal_mask(!0);
     // SAFETY: the child runs `vfork_child` on `stack`, which nothing else uses and which lives
     // until after this returns; it shares this process's memory, and this thread is suspended
     // until the child has called `execve` or `_exit` (CLONE_VFORK), so `args` and everything
@@ -337,16 +351,9 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
         )
     };
     let clone_error = std::io::Error::last_os_error();
-    // SAFETY: restores the mask saved above, from a live 8-byte set.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &saved_mask,
-            std::ptr::null_mut::<u64>(),
-            8usize,
-        )
-    };
+    if let Ok(saved_mask) = saved_mask {
+        let _ = swap_signal_mask(saved_mask);
+    }
     drop(stack);
     if pid < 0 {
         return Err(clone_error);
@@ -431,19 +438,8 @@ fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
     // starts, as `std::process::Command` starts it, with SIGPIPE at its default and nothing
     // blocked. Ignored signals stay ignored across exec, as they do for std's children.
     default_handled_signals();
-    let no_signals = 0u64;
-    // SAFETY: `rt_sigprocmask` reading an 8-byte set from this child's stack.
-    let unmasked = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &no_signals,
-            std::ptr::null_mut::<u64>(),
-            8usize,
-        )
-    };
-    if unmasked != 0 {
-        return errno();
+    if let Err(errno) = swap_signal_mask(0) {
+        return errno;
     }
     // SAFETY: plain system calls on integers.
     if unsafe { libc::setpgid(0, 0) } != 0 {
@@ -609,7 +605,9 @@ pub(crate) struct WorkerExec {
 // `exec_in_sandbox`, in a process with one thread. Sending or sharing the value between threads
 // of the host, which never dereference them, cannot race.
 unsafe impl Send for WorkerExec {}
-// SAFETY: as for `Send`: nothing reachable through a shared reference is ever written.
+// SAFETY: as for `Send`: nothing reachable through a shared reference is ever written (the one
+// use of the stack, `exec_in_sandbox`, takes the value exclusively). `Sync` is needed because
+// the plan holding it lives in a `pre_exec` closure, which must be `Sync`.
 unsafe impl Sync for WorkerExec {}
 
 impl std::fmt::Debug for WorkerExec {
@@ -673,17 +671,18 @@ impl WorkerExec {
 }
 
 /// What init's clone child reads, in memory it shares with init (suspended meanwhile), and
-/// what it writes: the `errno` of the step that failed, and whether that step was `setsid`.
+/// what it writes: the `errno` of the step that failed, and whether that step was one of the
+/// start (the signal mask, `setsid`) rather than the channel or `execve`.
 struct SandboxArgs<'exec> {
     exec: &'exec WorkerExec,
     errno: std::sync::atomic::AtomicI32,
-    in_setsid: std::sync::atomic::AtomicBool,
+    starting: std::sync::atomic::AtomicBool,
 }
 
 /// Why init could not start the worker.
 #[derive(Debug)]
 pub(crate) enum SandboxExecError {
-    /// The clone itself, or the worker's own session (`setsid`).
+    /// The clone itself, the worker's signal mask or its own session (`setsid`).
     Start(rustix::io::Errno),
     /// Moving the channel to fd 3, or `execve`: the program's own failure, as `std` reports
     /// its `exec`.
@@ -691,28 +690,33 @@ pub(crate) enum SandboxExecError {
 }
 
 /// Init starts the worker: `clone(CLONE_VM | CLONE_VFORK)` onto the worker's own stack, then in
-/// the child a session of its own, the channel moved to fd 3, and `execve`. The child shares
-/// init's memory until its `exec` (init is suspended until then), so no copy of the host's
-/// memory is made for it, nor torn down by its `exec`. Everything else the worker runs under
+/// the child an empty signal mask, a session of its own, the channel moved to fd 3, and
+/// `execve`. The child shares init's memory until its `exec` (init is suspended until then), so
+/// no copy of the host's memory is made for it, nor torn down by its `exec`. Everything else the worker runs under
 /// (namespaces, identity, root, limits, capabilities, Landlock, seccomp) it inherits from init,
 /// which applied it before this call. Returns the worker's pid, or why it could not start (the
 /// child is reaped then).
 ///
-/// Only in init: a process with one thread, whose signal handlers are all back to the default
-/// (so none can run on the shared memory) and whose signal mask `std` emptied before the
-/// set-up began.
-pub(crate) fn exec_in_sandbox(exec: &WorkerExec) -> Result<i32, SandboxExecError> {
+/// Only in init, a process with one thread (`exec` is borrowed exclusively, so no other call
+/// can use its stack meanwhile). Every signal is blocked in init around the clone, as
+/// `spawn_vforked` blocks them, so no handler runs on the shared memory before the child has
+/// its own mask: init has reset its handlers to the default, but glibc keeps its own for
+/// signals 32 and 33, which `sigaction` may not change.
+pub(crate) fn exec_in_sandbox(exec: &mut WorkerExec) -> Result<i32, SandboxExecError> {
     use std::sync::atomic::Ordering;
+    let exec: &WorkerExec = exec;
     let args = SandboxArgs {
         exec,
         errno: std::sync::atomic::AtomicI32::new(0),
-        in_setsid: std::sync::atomic::AtomicBool::new(false),
+        starting: std::sync::atomic::AtomicBool::new(false),
     };
+    let saved_mask = swap_signal_mask(!0);
     // SAFETY: the child runs `sandbox_child` on `exec.stack`, which nothing else uses; it shares
     // this process's memory while this single thread is suspended until it has called `execve`
     // or `_exit` (CLONE_VFORK), so `args` and what it points at stay alive and unchanged. The
-    // child writes only `args.errno` (atomic) and its own stack, allocates nothing and takes no
-    // lock. No pidfd, tls or tid is asked for, so the remaining pointers are unused.
+    // child writes only `args`' two atomics and its own stack, allocates nothing and takes no
+    // lock, and no handler can run in it before it empties its mask (all are blocked above).
+    // No pidfd, tls or tid is asked for, so the remaining pointers are unused.
     let pid = unsafe {
         libc::clone(
             sandbox_child,
@@ -721,14 +725,18 @@ pub(crate) fn exec_in_sandbox(exec: &WorkerExec) -> Result<i32, SandboxExecError
             std::ptr::addr_of!(args).cast_mut().cast::<libc::c_void>(),
         )
     };
+    let clone_error = last_errno();
+    if let Ok(saved_mask) = saved_mask {
+        let _ = swap_signal_mask(saved_mask);
+    }
     if pid < 0 {
-        return Err(SandboxExecError::Start(last_errno()));
+        return Err(SandboxExecError::Start(clone_error));
     }
     let errno = args.errno.load(Ordering::SeqCst);
     if errno != 0 {
         reap_by_pid(pid, false);
         let errno = rustix::io::Errno::from_raw_os_error(errno);
-        return Err(if args.in_setsid.load(Ordering::SeqCst) {
+        return Err(if args.starting.load(Ordering::SeqCst) {
             SandboxExecError::Start(errno)
         } else {
             SandboxExecError::Exec(errno)
@@ -758,11 +766,18 @@ fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
             .raw_os_error()
             .unwrap_or(libc::EINVAL)
     };
+    // Nothing blocked, as an unconfined worker starts: whatever mask the host's thread had
+    // (`std` leaves it to the child), and the full one init holds around the clone.
+    if let Err(errno) = swap_signal_mask(0) {
+        args.starting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        return errno;
+    }
     // A session (and process group) of its own: no controlling terminal, and no signal aimed
     // at the host's group reaches it.
     // SAFETY: a plain system call.
     if unsafe { libc::setsid() } < 0 {
-        args.in_setsid
+        args.starting
             .store(true, std::sync::atomic::Ordering::SeqCst);
         return errno();
     }

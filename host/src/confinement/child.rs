@@ -212,7 +212,7 @@ impl ChildPlan {
         super::process::drop_capabilities()?;
         self.lock_down(true)?;
         // The worker shares this process's memory until its `exec`: no copy of the host's.
-        let Some(exec) = &self.worker else {
+        let Some(exec) = &mut self.worker else {
             return Err(ChildFailure::Step(
                 ConfinementStep::Synchronise,
                 Errno::INVAL,
