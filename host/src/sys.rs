@@ -277,9 +277,31 @@ fn swap_signal_mask(mask: u64) -> Result<u64, i32> {
     if rc == 0 {
         Ok(previous)
     } else {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
+        Err(last_errno().raw_os_error())
+    }
+}
+
+/// Sets glibc's own signals, 32 and 33 (thread cancellation and `setxid` broadcast), back to
+/// the default action, in a clone child about to unblock signals before `exec`: glibc's
+/// `sigaction` refuses these two numbers, so a reset through it leaves glibc's handlers
+/// installed, and neither may run on memory the child shares with its parent. A bare system
+/// call: the child has a handler table of its own (no `CLONE_SIGHAND`).
+fn default_glibc_signals() {
+    // The kernel's `struct sigaction` (handler, flags, restorer where the architecture has one,
+    // mask): all zero is `SIG_DFL` with no flags and an empty mask, whatever the layout.
+    let default = [0u64; 4];
+    for signal in [32, 33] {
+        // SAFETY: `rt_sigaction` reading a zeroed kernel `sigaction` from this stack, at least
+        // as large as the kernel's struct, with no old action asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                &default,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
     }
 }
 
@@ -328,8 +350,8 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
     let stack = VforkStack::new()?;
     let mut pidfd: libc::c_int = -1;
     // Every signal blocked, glibc's own (SIGCANCEL, SIGSETXID) included, as `posix_spawn`
-    // does. (Only an invalid argument could make it fail.)
-    let saved_mask = swap_signal_mask(!0);
+    // does.
+    let saved_mask = swap_signal_mask(!0).map_err(std::io::Error::from_raw_os_error)?;
     // SAFETY: the child runs `vfork_child` on `stack`, which nothing else uses and which lives
     // until after this returns; it shares this process's memory, and this thread is suspended
     // until the child has called `execve` or `_exit` (CLONE_VFORK), so `args` and everything
@@ -351,9 +373,7 @@ pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os:
         )
     };
     let clone_error = std::io::Error::last_os_error();
-    if let Ok(saved_mask) = saved_mask {
-        let _ = swap_signal_mask(saved_mask);
-    }
+    let _ = swap_signal_mask(saved_mask);
     drop(stack);
     if pid < 0 {
         return Err(clone_error);
@@ -438,6 +458,7 @@ fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
     // starts, as `std::process::Command` starts it, with SIGPIPE at its default and nothing
     // blocked. Ignored signals stay ignored across exec, as they do for std's children.
     default_handled_signals();
+    default_glibc_signals();
     if let Err(errno) = swap_signal_mask(0) {
         return errno;
     }
@@ -671,8 +692,8 @@ impl WorkerExec {
 }
 
 /// What init's clone child reads, in memory it shares with init (suspended meanwhile), and
-/// what it writes: the `errno` of the step that failed, and whether that step was one of the
-/// start (the signal mask, `setsid`) rather than the channel or `execve`.
+/// what it writes: the `errno` of the step that failed, and whether that was a start-up step
+/// (the signal mask, `setsid`) rather than the channel or `execve`.
 struct SandboxArgs<'exec> {
     exec: &'exec WorkerExec,
     errno: std::sync::atomic::AtomicI32,
@@ -692,16 +713,16 @@ pub(crate) enum SandboxExecError {
 /// Init starts the worker: `clone(CLONE_VM | CLONE_VFORK)` onto the worker's own stack, then in
 /// the child an empty signal mask, a session of its own, the channel moved to fd 3, and
 /// `execve`. The child shares init's memory until its `exec` (init is suspended until then), so
-/// no copy of the host's memory is made for it, nor torn down by its `exec`. Everything else the worker runs under
-/// (namespaces, identity, root, limits, capabilities, Landlock, seccomp) it inherits from init,
-/// which applied it before this call. Returns the worker's pid, or why it could not start (the
+/// no copy of the host's memory is made for it, nor torn down by its `exec`. Everything else
+/// the worker runs under (namespaces, identity, root, limits, capabilities, Landlock, seccomp)
+/// it inherits from init, which applied it before this call. Returns the worker's pid, or why it could not start (the
 /// child is reaped then).
 ///
 /// Only in init, a process with one thread (`exec` is borrowed exclusively, so no other call
 /// can use its stack meanwhile). Every signal is blocked in init around the clone, as
-/// `spawn_vforked` blocks them, so no handler runs on the shared memory before the child has
-/// its own mask: init has reset its handlers to the default, but glibc keeps its own for
-/// signals 32 and 33, which `sigaction` may not change.
+/// `spawn_vforked` blocks them, and the child sets glibc's own two (32 and 33, which init's
+/// reset through `sigaction` cannot change) back to the default before it unblocks any, so no
+/// handler runs on the shared memory.
 pub(crate) fn exec_in_sandbox(exec: &mut WorkerExec) -> Result<i32, SandboxExecError> {
     use std::sync::atomic::Ordering;
     let exec: &WorkerExec = exec;
@@ -710,12 +731,15 @@ pub(crate) fn exec_in_sandbox(exec: &mut WorkerExec) -> Result<i32, SandboxExecE
         errno: std::sync::atomic::AtomicI32::new(0),
         starting: std::sync::atomic::AtomicBool::new(false),
     };
-    let saved_mask = swap_signal_mask(!0);
+    let saved_mask = swap_signal_mask(!0)
+        .map_err(|errno| SandboxExecError::Start(rustix::io::Errno::from_raw_os_error(errno)))?;
     // SAFETY: the child runs `sandbox_child` on `exec.stack`, which nothing else uses; it shares
     // this process's memory while this single thread is suspended until it has called `execve`
     // or `_exit` (CLONE_VFORK), so `args` and what it points at stay alive and unchanged. The
-    // child writes only `args`' two atomics and its own stack, allocates nothing and takes no
-    // lock, and no handler can run in it before it empties its mask (all are blocked above).
+    // child writes only `args`' two atomics, its own stack and, when a call fails, `errno` in
+    // init's thread-local storage (as glibc's `posix_spawn` child does); it allocates nothing
+    // and takes no lock, and no handler runs in it before it has set glibc's two back to the
+    // default (all are blocked above, and init's others are the default already).
     // No pidfd, tls or tid is asked for, so the remaining pointers are unused.
     let pid = unsafe {
         libc::clone(
@@ -726,9 +750,7 @@ pub(crate) fn exec_in_sandbox(exec: &mut WorkerExec) -> Result<i32, SandboxExecE
         )
     };
     let clone_error = last_errno();
-    if let Ok(saved_mask) = saved_mask {
-        let _ = swap_signal_mask(saved_mask);
-    }
+    let _ = swap_signal_mask(saved_mask);
     if pid < 0 {
         return Err(SandboxExecError::Start(clone_error));
     }
@@ -767,7 +789,9 @@ fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
             .unwrap_or(libc::EINVAL)
     };
     // Nothing blocked, as an unconfined worker starts: whatever mask the host's thread had
-    // (`std` leaves it to the child), and the full one init holds around the clone.
+    // (`std` leaves it to the child), and the full one init holds around the clone. Init's
+    // handlers are the default already, but for glibc's own two.
+    default_glibc_signals();
     if let Err(errno) = swap_signal_mask(0) {
         args.starting
             .store(true, std::sync::atomic::Ordering::SeqCst);

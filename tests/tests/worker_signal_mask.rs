@@ -57,8 +57,8 @@ fn a_worker_starts_with_no_signal_blocked_when_the_hosts_threads_block_some() {
                 .spawn()
                 .await
                 .unwrap();
-            // The spawner thread, made by this thread's first spawn, blocks what it blocks: the
-            // mask the worker would inherit.
+            // The spawner threads, made from this thread, block what it blocks: the mask the
+            // worker would inherit.
             let spawner = std::fs::read_dir("/proc/self/task")
                 .unwrap()
                 .flatten()

@@ -51,7 +51,8 @@ pub enum ConfinementStep {
     PivotRoot,
     /// Entering the working directory.
     WorkingDirectory,
-    /// Starting the worker from init in a session of its own (the clone, `setsid`).
+    /// Starting the worker from init in a session of its own (the clone, its signal mask,
+    /// `setsid`).
     Session,
     /// Setting resource limits.
     ResourceLimits,
