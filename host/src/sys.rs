@@ -258,6 +258,16 @@ impl Drop for VforkStack {
     }
 }
 
+/// The null-terminated array of pointers to `strings` that `execve` takes; valid while the
+/// strings' buffers are.
+fn pointers(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
 /// Sets this thread's signal mask to `mask` (the kernel's 64-signal set, glibc's own signals
 /// included, which `sigprocmask` would not touch) and returns the mask it had, or the `errno`.
 /// A bare system call: safe between clone and `exec`.
@@ -277,7 +287,7 @@ fn swap_signal_mask(mask: u64) -> Result<u64, i32> {
     if rc == 0 {
         Ok(previous)
     } else {
-        Err(last_errno().raw_os_error())
+        Err(errno_now())
     }
 }
 
@@ -322,13 +332,6 @@ fn default_glibc_signals() {
 pub(crate) fn spawn_vforked(image: &ExecImage) -> std::io::Result<(u32, std::os::fd::OwnedFd)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::sync::atomic::Ordering;
-    let pointers = |strings: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
-        strings
-            .iter()
-            .map(|s| s.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect()
-    };
     let programs = pointers(&image.programs);
     let argv = pointers(&image.argv);
     let envp = pointers(&image.envp);
@@ -438,10 +441,19 @@ extern "C" fn vfork_child(args: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `args` is the `VforkArgs` that `spawn_vforked` passed to clone; its thread is
     // suspended until this process execs or exits, so it is alive and nothing writes to it.
     let args = unsafe { &*args.cast_const().cast::<VforkArgs<'_>>() };
-    let errno = vfork_child_steps(args);
-    args.errno
-        .store(errno.max(1), std::sync::atomic::Ordering::SeqCst);
+    fail_child(&args.errno, vfork_child_steps(args))
+}
+
+/// Ends a clone child that could not `exec`: its `errno` (never 0) where its parent, which
+/// shares its memory, reads it once the clone returns, then `_exit(127)`.
+fn fail_child(slot: &std::sync::atomic::AtomicI32, errno: i32) -> ! {
+    slot.store(errno.max(1), std::sync::atomic::Ordering::SeqCst);
     exit_now(127)
+}
+
+/// The `errno` the last failed libc call left.
+fn errno_now() -> i32 {
+    last_errno().raw_os_error()
 }
 
 /// The child's steps; returns only on failure, with the `errno` to report. Async-signal-safe
@@ -449,11 +461,6 @@ extern "C" fn vfork_child(args: *mut libc::c_void) -> libc::c_int {
 /// the parent. (A wrapper that fails sets `errno` in the suspended thread's thread-local
 /// storage, which this child shares, as glibc's own `posix_spawn` child does.)
 fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
-    let errno = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
-    };
     // Signals first: no handler of the host may run on this shared memory, and the worker
     // starts, as `std::process::Command` starts it, with SIGPIPE at its default and nothing
     // blocked. Ignored signals stay ignored across exec, as they do for std's children.
@@ -464,13 +471,13 @@ fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
     }
     // SAFETY: plain system calls on integers.
     if unsafe { libc::setpgid(0, 0) } != 0 {
-        return errno();
+        return errno_now();
     }
     for (fd, target) in args.stdio.iter().zip(0..) {
         // SAFETY: a plain system call on integers; `fd` (3 or above) is open in this child,
         // whose descriptor table is a copy of the parent's taken while `ExecImage` owned it.
         if unsafe { libc::dup2(*fd, target) } != target {
-            return errno();
+            return errno_now();
         }
     }
     close_on_exec_from_3(args.open_before_clone);
@@ -490,7 +497,7 @@ fn vfork_child_steps(args: &VforkArgs<'_>) -> i32 {
     }
     // SAFETY: `cwd` is null or a NUL-terminated string owned by the suspended parent frame.
     if !args.cwd.is_null() && unsafe { libc::chdir(args.cwd) } != 0 {
-        return errno();
+        return errno_now();
     }
     exec_first(args)
 }
@@ -672,13 +679,6 @@ impl WorkerExec {
                 c_string(&entry)
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        let pointers = |strings: &[std::ffi::CString]| -> Vec<*const libc::c_char> {
-            strings
-                .iter()
-                .map(|s| s.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect()
-        };
         Ok(Self {
             argv: pointers(&argv),
             envp: pointers(&envp),
@@ -773,21 +773,13 @@ extern "C" fn sandbox_child(args: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `args` is the `SandboxArgs` that `exec_in_sandbox` passed to clone; init is
     // suspended until this process execs or exits, so it is alive and nothing writes to it.
     let args = unsafe { &*args.cast_const().cast::<SandboxArgs<'_>>() };
-    let errno = sandbox_child_steps(args);
-    args.errno
-        .store(errno.max(1), std::sync::atomic::Ordering::SeqCst);
-    exit_now(127)
+    fail_child(&args.errno, sandbox_child_steps(args))
 }
 
 /// The worker's last steps before `execve`; returns only on failure, with the `errno` to
 /// report. System calls on memory prepared before the spawn's first fork, nothing else.
 fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
     let exec = args.exec;
-    let errno = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
-    };
     // Nothing blocked, as an unconfined worker starts: whatever mask the host's thread had
     // (`std` leaves it to the child), and the full one init holds around the clone. Init's
     // handlers are the default already, but for glibc's own two.
@@ -803,7 +795,7 @@ fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
     if unsafe { libc::setsid() } < 0 {
         args.starting
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        return errno();
+        return errno_now();
     }
     if let Some(channel) = exec.channel {
         if let Err(err) = move_channel_to_3(channel) {
@@ -820,7 +812,7 @@ fn sandbox_child_steps(args: &SandboxArgs<'_>) -> i32 {
             exec.envp.as_ptr(),
         )
     };
-    errno()
+    errno_now()
 }
 
 /// Removes capability number `cap` from the bounding set (`PR_CAPBSET_DROP`).
