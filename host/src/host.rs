@@ -156,9 +156,9 @@ impl HostBuilder {
     /// worker without a fork), and a fork copies the page tables of all the memory the process
     /// holds: a spawn takes longer the larger the host has grown (measured on a 2-vCPU VM with
     /// 512 MiB resident: 40–44 ms, against about 5 ms in a small process). Start long-lived
-    /// workers and pools early. The keeper and init, which never
-    /// `exec`, unmap their copy of this process's memory once the sandbox is built, so a
-    /// worker does not keep the host's memory resident as it was at the spawn. An unconfined
+    /// workers and pools early. The keeper and init, which never `exec`, unmap their copy of
+    /// this process's memory once the sandbox is built, so a worker does not keep the host's
+    /// memory resident as it was at the spawn. An unconfined
     /// worker (`Confinement::none()`) is not forked but cloned sharing this process's memory
     /// until it `exec`s, as `posix_spawn` does: its spawn costs the same whatever the host's
     /// size (Linux 5.4 or later: it is held by a pidfd).

@@ -8,7 +8,7 @@
 //! at once (`sys::spawn_vforked`, what `posix_spawn` does), so its cost does not grow with
 //! the host's memory. A confined one needs a real fork: its set-up runs in the child.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
@@ -23,6 +23,7 @@ use tokio::net::unix::pipe;
 use tokio::process::Command;
 
 use crate::child::{ClonedChild, WorkerChild, WorkerStdio};
+use crate::sys::{c_string, env_entry};
 
 use crate::config::{Settings, TransportChoice};
 use crate::confinement::{
@@ -120,12 +121,7 @@ fn exec_image(
         .collect::<Result<_, _>>()?;
     let envp = env
         .iter()
-        .map(|(key, value)| {
-            let mut entry = key.clone();
-            entry.push("=");
-            entry.push(value);
-            c_string(&entry)
-        })
+        .map(|(key, value)| env_entry(key, value))
         .collect::<Result<_, _>>()?;
     let cwd = settings.cwd.as_deref().map(c_string).transpose()?;
     let mut host = WorkerStdio::default();
@@ -153,17 +149,6 @@ fn exec_image(
         channel: wiring.channel_fd.map(above_stdio).transpose()?,
     };
     Ok((image, host))
-}
-
-/// `value` as a C string; one holding a NUL byte is refused, as `std::process::Command`
-/// refuses it.
-fn c_string(value: impl AsRef<OsStr>) -> Result<CString, std::io::Error> {
-    CString::new(value.as_ref().as_bytes()).map_err(|_| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "nul byte found in provided data",
-        )
-    })
 }
 
 /// A pipe whose two ends close on exec: (read end, write end).

@@ -258,6 +258,29 @@ impl Drop for VforkStack {
     }
 }
 
+/// `value` as a C string; one holding a NUL byte is refused, as `std::process::Command`
+/// refuses it.
+pub(crate) fn c_string(value: impl AsRef<std::ffi::OsStr>) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(value.as_ref().as_bytes()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    })
+}
+
+/// An environment entry as `execve` takes it: `KEY=value`.
+pub(crate) fn env_entry(
+    key: &std::ffi::OsStr,
+    value: &std::ffi::OsStr,
+) -> std::io::Result<std::ffi::CString> {
+    let mut entry = key.to_os_string();
+    entry.push("=");
+    entry.push(value);
+    c_string(entry)
+}
+
 /// The null-terminated array of pointers to `strings` that `execve` takes; valid while the
 /// strings' buffers are.
 fn pointers(strings: &[std::ffi::CString]) -> Vec<*const libc::c_char> {
@@ -655,29 +678,14 @@ impl WorkerExec {
         command: &std::process::Command,
         channel: Option<RawFd>,
     ) -> std::io::Result<Self> {
-        use std::os::unix::ffi::OsStrExt;
-        let c_string = |bytes: &[u8]| {
-            std::ffi::CString::new(bytes).map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "nul byte found in provided data",
-                )
-            })
-        };
-        let program = c_string(command.get_program().as_bytes())?;
+        let program = c_string(command.get_program())?;
         let argv = std::iter::once(command.get_program())
             .chain(command.get_args())
-            .map(|arg| c_string(arg.as_bytes()))
+            .map(c_string)
             .collect::<std::io::Result<Vec<_>>>()?;
         let envp = command
             .get_envs()
-            .filter_map(|(key, value)| Some((key, value?)))
-            .map(|(key, value)| {
-                let mut entry = key.as_bytes().to_vec();
-                entry.push(b'=');
-                entry.extend_from_slice(value.as_bytes());
-                c_string(&entry)
-            })
+            .filter_map(|(key, value)| value.map(|value| env_entry(key, value)))
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self {
             argv: pointers(&argv),
