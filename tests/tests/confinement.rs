@@ -240,6 +240,68 @@ async fn a_worker_cannot_forge_its_siblings_answer() {
     assert!(matches!(stolen, Err(CallError::Remote(_))), "{stolen:?}");
 }
 
+/// Invariant 11: a host that says nothing of confinement runs its worker confined, and has
+/// verified that from outside before the first call; the worker then cannot read a file the
+/// policy did not grant, which the same worker reads when its host asks for `none()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invariant_11_a_worker_is_confined_by_default_and_verified_from_outside() {
+    let dir = ScratchDir::new("invariant-11");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "the host's secret").unwrap();
+    let request = ("read".to_string(), secret.display().to_string());
+    let deadline = || std::time::Instant::now() + Duration::from_secs(20);
+
+    let unconfined = Host::builder(attack_bin())
+        .confinement(Confinement::none())
+        .spawn()
+        .await
+        .unwrap();
+    assert_eq!(
+        unconfined.worker_info().confinement.mode,
+        ConfinementMode::None
+    );
+    let live = unconfined
+        .call_with_deadline::<Attack>(&request, deadline())
+        .await;
+    assert_eq!(
+        live,
+        Ok("the host's secret".to_string()),
+        "the read is live"
+    );
+    unconfined.shutdown().await;
+
+    // No `.confinement(..)`: the default.
+    let host = Host::builder(attack_bin()).spawn().await.unwrap();
+    let report = host.worker_info().confinement.clone();
+    assert_eq!(report.mode, ConfinementMode::Strict);
+    assert!(
+        report.namespaces && report.no_new_privs && report.no_capabilities && report.worker_filter,
+        "{report:?}"
+    );
+    // What the report says was read from the process the host holds, before this first call:
+    // the kernel agrees that it is not root and lives in a PID namespace of its own.
+    assert_eq!(Some(report.pid), host.worker_pid());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", report.pid)).unwrap();
+    let real_uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .unwrap();
+    assert_ne!(real_uid, "0", "{status}");
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{}/ns/pid", report.pid)).unwrap(),
+        std::fs::read_link("/proc/self/ns/pid").unwrap()
+    );
+    let refused = host
+        .call_with_deadline::<Attack>(&request, deadline())
+        .await;
+    assert!(
+        matches!(refused, Err(CallError::Remote(_))),
+        "the read must be refused under the default confinement: {refused:?}"
+    );
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_reports_what_it_verified() {
     let host = Host::builder(attack_bin()).spawn().await.unwrap();
@@ -608,6 +670,7 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "vsock_and_netlink_sockets_cannot_be_created",
         "a_worker_cannot_forge_its_siblings_answer",
         "the_host_reports_what_it_verified",
+        "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
         "the_sandboxs_init_is_as_unreadable_as_the_host",
         "the_keeper_and_init_keep_no_copy_of_the_hosts_memory",
         "a_worker_in_another_language_is_confined_by_the_hosts_layers",
