@@ -7,9 +7,11 @@
 //! fixes the
 //! request and response types at compile time. Every reply is bound to exactly one call by a
 //! fresh random 128-bit id and the method's name, and decoded by a non-executing, budgeted
-//! codec. A worker that breaks any rule, lies about a response, misses a deadline, stops
-//! reading or dies is SIGKILLed and reaped, its calls fail with a [`CallError`] naming why,
-//! and a supervisor replaces it with backoff, within a restart budget.
+//! codec. A worker that breaks any rule, lies about a response, keeps running a timed-out
+//! handler past the cancel grace ([`HostConfig::cancel_grace`]), stops reading or dies is
+//! SIGKILLed and reaped, its calls fail with a [`CallError`] naming why, and a supervisor
+//! replaces it with backoff, within a restart budget. A call past its deadline fails with
+//! [`CallError::Timeout`] at once; the worker is sent a `Cancel` and serves on if it stops.
 //!
 //! ```no_run
 //! use airlock_host::{CallError, Host};
@@ -56,12 +58,14 @@
 //!
 //! The host logs through [`tracing`](https://docs.rs/tracing) on these targets (a
 //! subscriber can select them, e.g. `RUST_LOG=airlock::call=debug` with
-//! `tracing-subscriber`'s `EnvFilter`). Every event carries `worker`, the host's
-//! [label](HostBuilder::label); durations are whole microseconds (`*_us`).
+//! `tracing-subscriber`'s `EnvFilter`). Every event of a process worker carries `worker`, the
+//! host's [label](HostBuilder::label), except the spawner's WARN below, which names the
+//! process by `pid`; durations are whole microseconds (`*_us`).
 //!
 //! | target | level | when | fields |
 //! | --- | --- | --- | --- |
 //! | `airlock::spawn` | DEBUG | a worker process is up and connected (first or replacement) | `program`, `transport`, `confinement` (the mode), `duration_us` (the launch) |
+//! | `airlock::spawn` | WARN | no thread could be started to reap a killed worker (it stays a zombie until the host exits) | `pid` |
 //! | `airlock::handshake` | DEBUG | its `Hello` was accepted and its confinement verified | `worker_name`, `worker_version`, `methods` (how many), `duration_us` (from the spawn's end) |
 //! | `airlock::call` | DEBUG | a call ended | `method`, `call` (its number in this host, from 0: a local handle, never sent; the wire id is random), `outcome` (`ok` or the [`FailureCounts`] field it counts in), `duration_us`, `error` (on failure) |
 //! | `airlock::call` | DEBUG | a [`Pool`] retries a lost call ([`PoolBuilder::retry_lost_calls`]) | `method`, `retry_on` (the other worker's label), `reason` |

@@ -49,14 +49,15 @@ fn spawn_returns() -> i32 {
     .unwrap_or(2)
 }
 
-/// host/src/spawner.rs keys "this process's spawner thread" by pid. A pid is not an identity
-/// of a process image: a process forked (directly or through intermediates that never spawned)
-/// from a host inherits the host's `(pid, sender)` pair, and if it happens to run under the
-/// host's pid (pid reuse after the host exited, or a pid namespace, as in any container that
-/// forks), `submit` sends the job to a channel whose thread does not exist in this process.
-/// `send` succeeds, so the entry is never forgotten: every spawn of every host in that process
-/// waits the whole SPAWN_TIMEOUT (30 s) and fails, forever. Reproduced here with a pid namespace
-/// (needs CAP_SYS_ADMIN; skipped without it) so that a descendant gets the test process's pid.
+/// A pid is not an identity of a process image: a process forked (directly or through
+/// intermediates that never spawned) from a host inherits the host's spawner entry, and may run
+/// under the host's pid (pid reuse after the host exited, or a pid namespace, as in any
+/// container that forks). A spawner keyed by pid alone would then send the job to a channel
+/// whose thread does not exist in this process; `send` would succeed, and every spawn of every
+/// host in that process would wait the whole SPAWN_TIMEOUT (30 s) and fail, forever. So
+/// host/src/spawner.rs keys its thread by pid and thread id. Reproduced here with a pid
+/// namespace (needs CAP_SYS_ADMIN; skipped without it) so that a descendant gets the test
+/// process's pid.
 #[test]
 fn a_descendant_reusing_the_hosts_pid_can_still_spawn() {
     // Start the spawner thread of this process: SPAWNER = (our pid, sender).

@@ -1,8 +1,10 @@
 //! airlock's end-to-end test suites and the peers they spawn.
 //!
 //! One module per area; the integration tests under `tests/tests/` drive them against real
-//! transports and real processes. The `airlock-test-peer` binary (`src/bin/`) plays the worker
-//! and the hostile local processes in those tests.
+//! transports and real processes. Their binaries (`src/bin/`): `airlock-test-peer` plays the
+//! worker and the hostile local processes of the transport tests, `rogue-worker` the
+//! protocol-level attacks (adversarial, chaos, lifecycle), and `attack-worker` the escapes the
+//! confinement tests show live unconfined, then refused.
 
 pub mod attack;
 pub mod capture;

@@ -3,9 +3,11 @@
 //!
 //! Every call the worker receives is answered exactly once: with the handler's response, or a
 //! `Fail` carrying a data-only error — the handler's own ([`HandlerError`]), `Panic` (the
-//! worker keeps serving), `UnknownMethod`, `BadRequest` (the request did not decode), or
-//! `Cancelled`. With the pipe transport the protocol channel is moved off fds 0 and 1 before
-//! anything else runs, so a stray `println!` in a handler cannot corrupt it.
+//! worker keeps serving), `UnknownMethod`, `BadRequest` (the request did not decode),
+//! `Cancelled`, `Limit` (an answer over the host's frame cap) or `Internal` (the handler's
+//! response did not encode, or the worker is shutting down). With the pipe transport the
+//! protocol channel is moved off fds 0 and 1 before anything else runs, so a stray `println!`
+//! in a handler cannot corrupt it.
 //!
 //! An application's own worker binary, in full:
 //!

@@ -1,6 +1,7 @@
 //! `cargo xtask demo`: the README's first command.
 //!
-//! Part one builds the bundled `airlock-worker` and the tests' `rogue-worker`, then runs the
+//! Part one builds the bundled `airlock-worker` and the tests' `rogue-worker` and
+//! `attack-worker`, then runs the
 //! host demo (`host/examples/demo.rs`): typed calls to a real spawned worker, a panic as data,
 //! a hung worker killed and replaced at its deadline, and hostile workers refused with their
 //! violation codes. Then the confinement demo (`tests/examples/confinement_demo.rs`): a
@@ -54,7 +55,7 @@ pub fn main(args: &[String]) -> Result {
     codec_demo()
 }
 
-/// Builds the two worker binaries and runs the host demo against them.
+/// Builds the worker binaries (bundled, rogue and attack) and runs the demos against them.
 fn host_demo() -> Result {
     run::run(&mut cargo([
         "build",

@@ -27,8 +27,10 @@ commands:
   ci                       fmt, clippy, test, feature sets, docs: what CI runs
   fuzz [--seconds N] [TARGET...]
                            run each fuzz target for N seconds (default 30)
-  bench [--quick]          airlock beside raw pipes, sockets, ipc-channel and Python,
-                           in one run; updates BENCHMARKS.md
+  bench [--quick] [--compare REV]
+                           airlock beside raw pipes, sockets, ipc-channel and Python,
+                           in one run; updates BENCHMARKS.md (--compare REV adds the
+                           worker built at git revision REV)
   bench --criterion [ARGS...]
                            the crates' criterion micro-benchmarks (ARGS to cargo bench)
   release                  stripped airlock-worker and airlock binaries, licences, README
