@@ -32,12 +32,33 @@ pub fn from_slice<'de, T: de::Deserialize<'de>>(
     input: &'de [u8],
     limits: &Limits,
 ) -> Result<T, DecodeError> {
+    from_slice_counted(input, limits).map(|(value, _items)| value)
+}
+
+/// [`from_slice`], also giving the number of items (sequence elements and map entries) the
+/// decode charged against [`Limits::max_items`].
+///
+/// With the input's length, the count bounds what the value holds in memory, for a caller that
+/// keeps many decoded values and must budget them together: a thousand empty strings are a few
+/// bytes of input but a thousand `String`s in memory.
+///
+/// ```
+/// use airlock_codec::{from_slice_counted, to_vec, Limits};
+/// let bytes = to_vec(&vec![String::new(); 1000]).unwrap();
+/// assert!(bytes.len() < 1010);
+/// let (back, items) = from_slice_counted::<Vec<String>>(&bytes, &Limits::default()).unwrap();
+/// assert_eq!((back.len(), items), (1000, 1000));
+/// ```
+pub fn from_slice_counted<'de, T: de::Deserialize<'de>>(
+    input: &'de [u8],
+    limits: &Limits,
+) -> Result<(T, usize), DecodeError> {
     let mut de = Deserializer {
         reader: Reader::new(input, limits)?,
     };
     let value = T::deserialize(&mut de)?;
     de.reader.finish()?;
-    Ok(value)
+    Ok((value, de.reader.items_spent()))
 }
 
 /// The serde deserializer behind [`from_slice`].

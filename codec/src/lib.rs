@@ -107,7 +107,7 @@ mod reader;
 mod ser;
 mod value;
 
-pub use de::from_slice;
+pub use de::{from_slice, from_slice_counted};
 pub use error::{is_unsafe_in_text, DecodeError, EncodeError, MAX_CUSTOM_MESSAGE};
 pub use limits::{
     Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN,

@@ -45,6 +45,11 @@ impl<'de> Reader<'de> {
         }
     }
 
+    /// Items charged so far against `max_items`.
+    pub(crate) fn items_spent(&self) -> usize {
+        self.limits.items_budget() - self.items_left
+    }
+
     /// Takes one byte.
     #[inline]
     pub(crate) fn byte(&mut self) -> Result<u8, DecodeError> {

@@ -44,7 +44,7 @@ use crate::ids::CallIdRng;
 use crate::reply::Replier;
 use crate::response::ResponseDecoding;
 use crate::supervisor::CallRequest;
-use crate::updates::{Delivered, UpdateBudget, Updates};
+use crate::updates::{Cost, Delivered, UpdateBudget, Updates};
 use crate::{CallError, LostReason};
 
 /// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
@@ -525,7 +525,8 @@ fn deliver(
 /// Decodes and delivers a streaming call's updates, in order, before the reader takes the
 /// worker's next frame (so every update is with its caller before the call's answer). An
 /// update that does not decode is a lie: the worker is cut off (false is returned). Waits only
-/// while the worker's undelivered updates would pass their budget (`updates`): then the
+/// while the worker's undelivered updates would pass their budget (bytes and items, see
+/// `updates`): then the
 /// worker's other frames wait with it, bounded by the deadlines, which the supervisor keeps.
 async fn deliver_updates(
     live: &Live,
@@ -536,9 +537,13 @@ async fn deliver_updates(
 ) -> bool {
     for (updates, body) in updates {
         match (updates.decode)(&body, limits) {
-            Ok(update) => {
-                budget.take(body.len()).await;
-                let delivered = Delivered::new(update, body.len(), Arc::clone(budget));
+            Ok((update, items)) => {
+                let cost = Cost {
+                    bytes: body.len(),
+                    items,
+                };
+                budget.take(cost).await;
+                let delivered = Delivered::new(update, cost, Arc::clone(budget));
                 // A caller that dropped its stream takes no more updates: the update is
                 // dropped here, and its share of the budget given back.
                 let _ = updates.sender.send(delivered);

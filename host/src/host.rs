@@ -61,7 +61,9 @@ impl HostBuilder {
     /// Budgets for decoding the worker's responses. Default: [`Limits::default`] with
     /// `max_bytes` and `max_len` raised to the frame cap, so every response an honest worker
     /// can send fits. Budgets smaller than the frame cap make a larger response a decode
-    /// failure, which is fatal to the worker (it cannot know the host's budget).
+    /// failure, which is fatal to the worker (it cannot know the host's budget). Their
+    /// `max_items` also caps the decoded items of the streaming updates callers have not taken
+    /// yet, per worker (see [`CallStream`](crate::CallStream)).
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
         self.settings.limits = Some(limits);
@@ -611,14 +613,15 @@ where
     airlock_codec::from_slice::<T>(body, &decoding.limits)
 }
 
-/// [`decode_response`], boxed for a streaming call's updates, which share one channel type.
+/// [`decode_response`] for a streaming call's update, boxed (updates share one channel type)
+/// and with the items it holds, which its worker's update budget is charged.
 pub(crate) fn decode_update<T>(
     body: &[u8],
     decoding: &ResponseDecoding,
-) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>
+) -> Result<(Box<dyn std::any::Any + Send>, usize), airlock_codec::DecodeError>
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    decode_response::<T>(body, decoding)
-        .map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
+    airlock_codec::from_slice_counted::<T>(body, &decoding.limits)
+        .map(|(value, items)| (Box::new(value) as Box<dyn std::any::Any + Send>, items))
 }

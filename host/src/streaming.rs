@@ -18,8 +18,9 @@ use crate::{CallError, Host, InProcess, Pool};
 /// not decode ends the worker, and the call fails with `WorkerLost(UndecodableResponse)`). The
 /// call's deadline and the per-call update quota (`HostConfig::max_progress_per_call`) hold as
 /// for any call. Updates wait here for the caller; a worker's untaken updates may total at
-/// most its `max_frame` bytes, beyond which the host stops reading that worker until some are
-/// taken (small updates never come near it). Dropping it before the outcome cancels the call.
+/// most what one response may decode to (its `max_frame` bytes and the response budget's
+/// `max_items` items), beyond which the host stops reading that worker until some are taken
+/// (small updates never come near it). Dropping it before the outcome cancels the call.
 ///
 /// ```no_run
 /// use airlock_host::{method, Host};

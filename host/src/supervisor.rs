@@ -62,10 +62,11 @@ pub(crate) struct CallRequest {
 }
 
 /// Decodes a streaming call's update into its type, boxed for the update channel.
-pub(crate) type Decode = fn(
-    &[u8],
-    &crate::response::ResponseDecoding,
-) -> Result<Box<dyn std::any::Any + Send>, airlock_codec::DecodeError>;
+pub(crate) type Decode =
+    fn(
+        &[u8],
+        &crate::response::ResponseDecoding,
+    ) -> Result<(Box<dyn std::any::Any + Send>, usize), airlock_codec::DecodeError>;
 
 pub(crate) enum Command {
     Call(CallRequest),
@@ -377,13 +378,18 @@ impl Supervisor {
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
         let limits = crate::response::ResponseDecoding::new(&self.settings);
+        // Untaken updates may hold what one response could decode to.
+        let update_budget = crate::updates::UpdateBudget::new(crate::updates::Cost {
+            bytes: self.settings.protocol.frame_limit() as usize,
+            items: limits.limits.items_budget(),
+        });
         let reader = tokio::spawn(read_frames(
             receiver,
             Arc::clone(&live),
             self.generation,
             raise_rx,
             limits,
-            crate::updates::UpdateBudget::new(self.settings.protocol.frame_limit() as usize),
+            update_budget,
         ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 

@@ -1,79 +1,110 @@
 //! Where a streaming call's updates wait for their caller, and the budget that bounds them.
 //!
 //! The reader decodes each `Progress` frame where it is accepted and hands the update to its
-//! caller's channel at once. What callers have not taken yet is bounded per worker by bytes,
-//! not per call by count: a worker's undelivered updates may total at most its `max_frame`
-//! (the frames' bytes, which bound what decoding them made). Past that the reader waits for a
-//! caller to take one before it reads the worker's next frame (backpressure on that worker
-//! alone), so small updates, such as a progress bar's, never hold anything up, and no worker
-//! can make the host hold more than one frame's worth of them.
+//! caller's channel at once. What callers have not taken yet is bounded per worker, not per
+//! call, by what one response could decode to: its frames may total at most the worker's
+//! `max_frame` bytes, and their decoded values at most the response budget's `max_items`
+//! items (sequence elements and map entries, so that a frame of a million empty strings is
+//! charged as a million `String`s, not a million bytes). Past either cap the reader waits for
+//! a caller to take an update before it reads the worker's next frame (backpressure on that
+//! worker alone), holding the one decoded update that did not fit. So small updates, such as a
+//! progress bar's, never hold anything up, and no worker can make the host hold more than
+//! two responses' worth of them.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use tokio::sync::{mpsc, Notify};
 
 use crate::supervisor::Decode;
 
+/// What one held update costs its worker's budget: its frame's body bytes and the items its
+/// decoded value holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cost {
+    pub(crate) bytes: usize,
+    pub(crate) items: usize,
+}
+
+impl Cost {
+    fn fits_under(self, cap: Cost) -> bool {
+        self.bytes <= cap.bytes && self.items <= cap.items
+    }
+
+    fn plus(self, other: Cost) -> Cost {
+        Cost {
+            bytes: self.bytes.saturating_add(other.bytes),
+            items: self.items.saturating_add(other.items),
+        }
+    }
+}
+
 /// One worker's budget for updates its callers have not taken yet.
 #[derive(Debug)]
 pub(crate) struct UpdateBudget {
-    held: AtomicUsize,
-    cap: usize,
+    held: Mutex<Cost>,
+    cap: Cost,
     freed: Notify,
 }
 
 impl UpdateBudget {
-    pub(crate) fn new(cap: usize) -> Arc<Self> {
+    /// A budget of `cap` bytes and items: one response's `max_frame` and `max_items`.
+    pub(crate) fn new(cap: Cost) -> Arc<Self> {
         Arc::new(Self {
-            held: AtomicUsize::new(0),
+            held: Mutex::new(Cost::default()),
             cap,
             freed: Notify::new(),
         })
     }
 
-    /// Takes `size` bytes of the budget, waiting while they would take it past its cap (an
-    /// update larger than the whole cap waits until nothing else is held).
-    pub(crate) async fn take(&self, size: usize) {
+    /// Takes `cost` from the budget, waiting while it would take either quantity past its cap
+    /// (an update larger than the whole cap waits until nothing else is held).
+    pub(crate) async fn take(&self, cost: Cost) {
         loop {
             let freed = self.freed.notified();
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
-            let held = self.held.load(Ordering::Acquire);
-            if held == 0 || held + size <= self.cap {
-                if self
-                    .held
-                    .compare_exchange(held, held + size, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+            {
+                let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+                if *held == Cost::default() || held.plus(cost).fits_under(self.cap) {
+                    *held = held.plus(cost);
                     return;
                 }
-                continue;
             }
             freed.await;
         }
     }
 
-    /// Gives `size` bytes back: an update was taken, or dropped untaken.
-    pub(crate) fn give_back(&self, size: usize) {
-        self.held.fetch_sub(size, Ordering::AcqRel);
+    /// Gives `cost` back: an update was taken, or dropped untaken.
+    pub(crate) fn give_back(&self, cost: Cost) {
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.bytes -= cost.bytes;
+            held.items -= cost.items;
+        }
         self.freed.notify_waiters();
+    }
+
+    /// What callers have not taken yet.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> Cost {
+        *self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// An update on its way to its caller, holding its share of its worker's budget until taken.
 pub(crate) struct Delivered {
     pub(crate) update: Box<dyn Any + Send>,
-    size: usize,
+    cost: Cost,
     budget: Arc<UpdateBudget>,
 }
 
 impl Delivered {
-    pub(crate) fn new(update: Box<dyn Any + Send>, size: usize, budget: Arc<UpdateBudget>) -> Self {
+    pub(crate) fn new(update: Box<dyn Any + Send>, cost: Cost, budget: Arc<UpdateBudget>) -> Self {
         Self {
             update,
-            size,
+            cost,
             budget,
         }
     }
@@ -81,7 +112,7 @@ impl Delivered {
 
 impl Drop for Delivered {
     fn drop(&mut self) {
-        self.budget.give_back(self.size);
+        self.budget.give_back(self.cost);
     }
 }
 
@@ -91,4 +122,58 @@ impl Drop for Delivered {
 pub(crate) struct Updates {
     pub(crate) decode: Decode,
     pub(crate) sender: mpsc::UnboundedSender<Delivered>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    fn poll_once(take: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
+        take.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    }
+
+    #[test]
+    fn untaken_updates_are_charged_their_items_not_only_their_bytes() {
+        let budget = UpdateBudget::new(Cost {
+            bytes: 1000,
+            items: 10,
+        });
+        // Few bytes, many items: a frame of empty strings.
+        let wide = Cost { bytes: 3, items: 8 };
+        let first = Delivered::new(Box::new(()), wide, Arc::clone(&budget));
+        let mut first_take = std::pin::pin!(budget.take(wide));
+        assert!(poll_once(&mut first_take), "an empty budget takes anything");
+        let mut second = std::pin::pin!(budget.take(wide));
+        assert!(
+            !poll_once(&mut second),
+            "16 items held would pass the cap of 10, however few the bytes"
+        );
+        drop(first);
+        assert!(poll_once(&mut second), "taking the first makes room");
+        assert_eq!(budget.held(), wide);
+    }
+
+    #[test]
+    fn an_update_over_the_whole_cap_waits_until_nothing_is_held() {
+        let budget = UpdateBudget::new(Cost {
+            bytes: 10,
+            items: 10,
+        });
+        let small = Cost { bytes: 1, items: 1 };
+        let mut take_small = std::pin::pin!(budget.take(small));
+        assert!(poll_once(&mut take_small));
+        let huge = Cost {
+            bytes: 50,
+            items: 0,
+        };
+        let mut take_huge = std::pin::pin!(budget.take(huge));
+        assert!(!poll_once(&mut take_huge));
+        budget.give_back(small);
+        assert!(poll_once(&mut take_huge));
+        assert_eq!(budget.held(), huge);
+    }
 }

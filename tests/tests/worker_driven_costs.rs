@@ -1,6 +1,7 @@
 //! What a worker can make its host hold or burn through streaming updates and the low-latency
 //! spin, measured against what the documentation promises: host memory per worker bounded by
-//! `3 × max_frame` (SECURITY.md), a reader spin that costs at most the window after each
+//! `3 × max_frame` (SECURITY.md), untaken updates bounded by items as well as bytes, a reader
+//! spin that costs at most the window after each
 //! message, and a caller that stops reading a stream holding up only its worker's other
 //! frames, bounded by their deadlines.
 
@@ -8,6 +9,7 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use airlock_codec::Limits;
 use airlock_host::{method, Host, HostConfig};
 use airlock_tests::e2e::{rogue_host, rogue_host_in, stat_fields, worker_bin, ScratchDir};
 use airlock_worker::builtin::{CountRequest, CountTo, Echo};
@@ -17,6 +19,15 @@ method!(
     /// The rogue's identity method called as a stream of byte-string updates.
     FatStream, "fat", ByteBuf => ByteBuf, progress ByteBuf
 );
+
+method!(
+    /// The rogue's identity method called as a stream of string-list updates (log lines, say).
+    WideStream, "wide", ByteBuf => ByteBuf, progress Vec<String>
+);
+
+/// The strings in each of the rogue's `wide_updates` updates (its `WIDE_UPDATE_ITEMS`), and
+/// the host's `max_items` in that test: one update is a whole response's worth of items.
+const WIDE_ITEMS: usize = 100_000;
 
 /// The host's `max_frame` in the memory test: each of the rogue's 60 KiB updates fits.
 const MAX_FRAME: u32 = 64 * 1024;
@@ -69,6 +80,81 @@ async fn a_worker_cannot_make_the_host_hold_more_than_three_frames_of_updates() 
         3 * MAX_FRAME
     );
     drop(calls);
+    host.shutdown().await;
+}
+
+/// The number in the rogue's mark ("sent N"), 0 before its first write.
+fn updates_sent(mark: &std::path::Path) -> usize {
+    std::fs::read_to_string(mark)
+        .ok()
+        .and_then(|text| text.strip_prefix("sent ")?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A worker sends 16 updates, each a list of 100,000 empty strings: 100 KB on the wire (far
+/// inside the byte budget) but 2.4 MB of `String`s decoded. What the host holds untaken is
+/// charged by items as well as bytes, so it stays within one response's `max_items` however
+/// few bytes carry them; and once the caller reads, every update and the answer arrive.
+#[tokio::test(flavor = "current_thread")]
+async fn a_worker_cannot_make_the_host_hold_more_than_one_response_of_decoded_items() {
+    let dir = ScratchDir::new("wide-updates");
+    let mark = dir.join("mark");
+    let frame = airlock_protocol::DEFAULT_MAX_FRAME as usize;
+    let host = rogue_host_in(&dir)
+        .arg("wide_updates")
+        .env("ROGUE_MARK", &mark)
+        .limits(
+            Limits::default()
+                .max_bytes(frame)
+                .max_len(frame)
+                .max_items(WIDE_ITEMS),
+        )
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let mut call = host.call_streaming::<WideStream>(&ByteBuf::from(b"x".to_vec()));
+    // The attack is live: the rogue has written three updates, three times the items cap,
+    // which the host's pipe takes whether or not its reader does.
+    let waited = Instant::now();
+    while updates_sent(&mark) < 3 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the rogue never sent its updates"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Time for the host's reader to take what it would.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // On this current-thread runtime nothing else runs while these polls do: what they take
+    // was already held by the host.
+    let (mut held_updates, mut held_items) = (0, 0);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        let next = std::pin::pin!(call.next());
+        match next.poll(&mut cx) {
+            Poll::Ready(Some(update)) => {
+                held_updates += 1;
+                held_items += update.len();
+            }
+            Poll::Ready(None) | Poll::Pending => break,
+        }
+    }
+    assert!(held_updates > 0, "the worker's updates reached the caller");
+    assert!(
+        held_items <= WIDE_ITEMS,
+        "the host held {held_updates} decoded updates, {held_items} strings, for one worker \
+         whose max_items is {WIDE_ITEMS}"
+    );
+    let mut delivered = held_updates;
+    while let Some(update) = call.next().await {
+        assert_eq!(update.len(), WIDE_ITEMS);
+        delivered += 1;
+    }
+    assert_eq!(delivered, 16, "every update arrives once the caller reads");
+    assert_eq!(
+        call.result().await.expect("the honest answer").as_ref(),
+        b"x"
+    );
     host.shutdown().await;
 }
 

@@ -299,6 +299,9 @@ fn sleep_forever() -> ! {
     }
 }
 
+/// The strings in each `wide_updates` update.
+const WIDE_UPDATE_ITEMS: usize = 100_000;
+
 /// The byte-string length of each `fat_updates` update: under a 64 KiB `max_frame`.
 const FAT_UPDATE_LEN: usize = 60 * 1024;
 
@@ -461,6 +464,22 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 rogue.answer(call);
             }
             mark_with(b"sent");
+        }
+        "wide_updates" => {
+            // 16 updates, each a list of `WIDE_UPDATE_ITEMS` empty strings (one byte each on
+            // the wire, a whole `String` each decoded), then the honest answer; marks
+            // "sent N" after each write.
+            let mut body = varint::encode(WIDE_UPDATE_ITEMS as u64);
+            body.resize(body.len() + WIDE_UPDATE_ITEMS, 0);
+            for sent in 1..=16 {
+                rogue.send(&Frame::Progress(Progress {
+                    id,
+                    method,
+                    body: &body,
+                }));
+                mark_with(format!("sent {sent}").as_bytes());
+            }
+            rogue.answer(call);
         }
         "paced_progress" => {
             // 100 updates 8 ms apart (inside a 10 ms spin window), then the honest answer.
