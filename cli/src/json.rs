@@ -11,7 +11,9 @@
 //!   integers; a method that wants those cannot be given them from JSON.
 //!
 //! `Value` → JSON (an answer):
-//! - `I64`, `U64`, `Bool`, `Str`, `List` and `Null` exactly.
+//! - `I64`, `U64`, `Bool`, `Str`, `List` and `Null` exactly. Characters that could forge or
+//!   hide text on a terminal (C1 controls, DEL, bidi overrides, invisible characters) print
+//!   as `\uXXXX` escapes, which JSON reads back as the same characters.
 //! - **Lossy:** `Bytes` print as an array of numbers 0–255 (like a `List` of integers);
 //!   integer map keys print as strings (like `Str` keys); `F64` NaN and infinities print as
 //!   `null`, which JSON has instead; a finite `F64` prints in its shortest exact form.
@@ -21,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 
 use airlock_host::{Key, Value};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -31,11 +34,38 @@ pub fn parse(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str::<FromJson>(text).map(|parsed| parsed.0)
 }
 
-/// `value` as one line of JSON, as the module docs describe.
+/// `value` as one line of JSON, as the module docs describe, with every character that could
+/// forge or hide text on a terminal escaped (see [`escape_unsafe_text`]).
 pub fn render(value: &Value) -> String {
     // Serializing a `Value` cannot fail: every map key is a string or an integer, which
     // serde_json's map-key serializer accepts.
-    serde_json::to_string(&ToJson(value)).unwrap_or_else(|_| String::from("null"))
+    let json = serde_json::to_string(&ToJson(value)).unwrap_or_else(|_| String::from("null"));
+    escape_unsafe_text(&json)
+}
+
+/// Writes every character of `json` that `airlock_codec::is_unsafe_in_text` refuses (C1
+/// controls such as CSI, DEL, bidi overrides, zero-width and other invisible characters) as a
+/// `\uXXXX` escape, a surrogate pair above U+FFFF.
+///
+/// An answer's strings come from the worker, and serde_json escapes only `"`, `\` and
+/// U+0000–U+001F: a C1 CSI (U+009B) would reach the terminal as a control sequence, a bidi
+/// override would reorder what the user reads. Outside strings JSON holds only ASCII
+/// punctuation, digits and literals, so every such character is inside a string, where the
+/// escape means the same character: the output stays valid JSON of the same value.
+fn escape_unsafe_text(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if airlock_codec::is_unsafe_in_text(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                // Writing to a `String` cannot fail.
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A `Value` read from JSON.
@@ -198,6 +228,25 @@ mod tests {
     fn nesting_past_serde_jsons_recursion_limit_is_refused_not_a_stack_overflow() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(parse(&deep).is_err());
+    }
+
+    #[test]
+    fn characters_that_forge_or_hide_text_print_escaped_and_read_back_the_same() {
+        // CSI as U+009B, DEL, a right-to-left override, a zero-width space, a tag character.
+        let hostile = "\u{9b}2J\u{7f}\u{202e}kcatta\u{200b}\u{e0041}";
+        let value = Value::Map(
+            [(Key::Str(hostile.into()), Value::Str(hostile.into()))]
+                .into_iter()
+                .collect(),
+        );
+        let printed = render(&value);
+        assert!(
+            !printed.chars().any(airlock_codec::is_unsafe_in_text),
+            "{printed:?}"
+        );
+        let escaped = r"\u009b2J\u007f\u202ekcatta\u200b\udb40\udc41";
+        assert_eq!(printed, format!(r#"{{"{escaped}":"{escaped}"}}"#));
+        assert_eq!(parse(&printed).unwrap(), value);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! dynamic `Value`s, and the request and answer are JSON (see the `json` module for what JSON
 //! cannot say exactly: bytes, integer map keys, integers beyond 64 bits). What the tool prints
 //! of the worker's words (its name, version, methods, error messages) has already passed the
-//! protocol's checks, which admit no control characters.
+//! protocol's checks, which admit no control or invisible characters; an answer's strings,
+//! which may hold any, print with those characters as JSON escapes.
 //!
 //! This is a crate of its own, not a binary of `airlock-host`, so that its command-line and
 //! JSON dependencies (clap, serde_json) never enter the dependency tree of an application that

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_tests::e2e::{rogue_bin, worker_bin};
+use airlock_codec::is_unsafe_in_text;
+use airlock_host::Value;
+use airlock_tests::e2e::{rogue_bin, rogue_host, worker_bin};
 
 /// The `airlock` binary under test.
 fn airlock() -> Command {
@@ -120,6 +122,48 @@ fn call_prints_the_answer_as_one_line_of_json() {
     let answer: serde_json::Value = serde_json::from_str(&printed).unwrap();
     let sent: serde_json::Value = serde_json::from_str(request).unwrap();
     assert_eq!(answer, sent);
+}
+
+/// A worker's answer may hold characters a terminal acts on (a C1 CSI starts a control sequence
+/// that can clear the screen or forge a line) or that reorder or hide what the user reads:
+/// `call` prints them as JSON escapes, and the JSON still says the same string.
+#[test]
+fn an_answers_control_and_bidi_characters_print_as_escapes() {
+    // The attack is live: through the library, the rogue's answer holds them raw.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let raw = runtime.block_on(async {
+        let host = rogue_host()
+            .arg("c1_value_answer")
+            .spawn()
+            .await
+            .expect("the rogue completes its handshake");
+        let answer = host
+            .call_value("echo_value", &Value::Str("hi".into()))
+            .await;
+        host.shutdown().await;
+        answer
+    });
+    let Ok(Value::Str(raw)) = raw else {
+        panic!("the rogue answers a string: {raw:?}");
+    };
+    assert!(["\u{9b}", "\u{202e}", "\u{7f}"]
+        .iter()
+        .all(|c| raw.contains(c)));
+
+    let output = run(call(&rogue_bin(), "echo_value", r#""hi""#).args(["--", "c1_value_answer"]));
+    assert_eq!(exit_code(&output), 0, "{output:?}");
+    let printed = stdout(&output);
+    let printed = printed.strip_suffix('\n').expect("one line");
+    assert!(
+        !printed.chars().any(is_unsafe_in_text),
+        "printed raw: {printed:?}"
+    );
+    assert!(printed.contains(r"\u009b2J") && printed.contains(r"\u202ekcatta\u007f"));
+    let answer: serde_json::Value = serde_json::from_str(printed).unwrap();
+    assert_eq!(answer, serde_json::Value::String(raw));
 }
 
 #[test]

@@ -128,7 +128,7 @@ pub(crate) struct Updates {
 mod tests {
     use super::*;
     use std::future::Future;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Waker};
 
     fn poll_once(take: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
         take.as_mut()

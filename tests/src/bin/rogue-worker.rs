@@ -481,6 +481,18 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             }
             rogue.answer(call);
         }
+        "c1_value_answer" => {
+            // A `Value` answer whose string holds a C1 control sequence (CSI as U+009B, which
+            // JSON does not escape), a right-to-left override and DEL.
+            let forged = airlock_codec::Value::Str(
+                "\u{9b}2J\u{9b}31mFORGED: worker verified\u{9b}0m \u{202e}kcatta\u{7f}".into(),
+            );
+            rogue.send(&Frame::Return(Return {
+                id,
+                method,
+                body: &forged.to_vec(),
+            }));
+        }
         "paced_progress" => {
             // 100 updates 8 ms apart (inside a 10 ms spin window), then the honest answer.
             for _ in 0..100 {
