@@ -44,7 +44,7 @@ use crate::ids::CallIdRng;
 use crate::reply::Replier;
 use crate::response::ResponseDecoding;
 use crate::supervisor::CallRequest;
-use crate::updates::{Cost, Delivered, UpdateBudget, Updates};
+use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::{CallError, LostReason};
 
 /// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
@@ -537,11 +537,7 @@ async fn deliver_updates(
 ) -> bool {
     for (updates, body) in updates {
         match (updates.decode)(&body, limits) {
-            Ok((update, items)) => {
-                let cost = Cost {
-                    bytes: body.len(),
-                    items,
-                };
+            Ok((update, cost)) => {
                 budget.take(cost).await;
                 let delivered = Delivered::new(update, cost, Arc::clone(budget));
                 // A caller that dropped its stream takes no more updates: the update is

@@ -20,6 +20,7 @@ use crate::reply::{Cells, DecodeInto, Reply};
 use crate::response::ResponseDecoding;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallRequest, Command, Supervisor, Updates};
+use crate::updates::Cost;
 use crate::{CallError, SpawnError};
 
 /// Configures and spawns a [`Host`]. Every setting has a safe default.
@@ -62,8 +63,8 @@ impl HostBuilder {
     /// `max_bytes` and `max_len` raised to the frame cap, so every response an honest worker
     /// can send fits. Budgets smaller than the frame cap make a larger response a decode
     /// failure, which is fatal to the worker (it cannot know the host's budget). Their
-    /// `max_items` also caps the decoded items of the streaming updates callers have not taken
-    /// yet, per worker (see [`CallStream`](crate::CallStream)).
+    /// `max_items` also caps the items of the streaming updates callers have not taken yet
+    /// (see [`CallStream`](crate::CallStream)).
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
         self.settings.limits = Some(limits);
@@ -613,15 +614,17 @@ where
     airlock_codec::from_slice::<T>(body, &decoding.limits)
 }
 
-/// [`decode_response`] for a streaming call's update, boxed (updates share one channel type)
-/// and with the items it holds, which its worker's update budget is charged.
+/// [`decode_response`] for a streaming call's update, boxed (updates share one channel type),
+/// with what holding it costs its host's update budget ([`Cost::of_update`]).
 pub(crate) fn decode_update<T>(
     body: &[u8],
     decoding: &ResponseDecoding,
-) -> Result<(Box<dyn std::any::Any + Send>, usize), airlock_codec::DecodeError>
+) -> Result<(Box<dyn std::any::Any + Send>, Cost), airlock_codec::DecodeError>
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    airlock_codec::from_slice_counted::<T>(body, &decoding.limits)
-        .map(|(value, items)| (Box::new(value) as Box<dyn std::any::Any + Send>, items))
+    airlock_codec::from_slice_counted::<T>(body, &decoding.limits).map(|(value, items)| {
+        let cost = Cost::of_update::<T>(body.len(), items);
+        (Box::new(value) as Box<dyn std::any::Any + Send>, cost)
+    })
 }

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
 use crate::reply::Replier;
 pub(crate) use crate::updates::Updates;
+use crate::updates::{Cost, UpdateBudget};
 
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
@@ -66,7 +67,7 @@ pub(crate) type Decode =
     fn(
         &[u8],
         &crate::response::ResponseDecoding,
-    ) -> Result<(Box<dyn std::any::Any + Send>, usize), airlock_codec::DecodeError>;
+    ) -> Result<(Box<dyn std::any::Any + Send>, Cost), airlock_codec::DecodeError>;
 
 pub(crate) enum Command {
     Call(CallRequest),
@@ -91,6 +92,10 @@ pub(crate) struct Supervisor {
     shutdown: Option<Vec<oneshot::Sender<()>>>,
     /// When the current worker's launch ended: its handshake is timed from here.
     launched_at: Instant,
+    /// What streaming callers have not taken yet, from every worker this host has run: one
+    /// budget across restarts, so updates a lost worker left with slow readers count against
+    /// its successor's.
+    update_budget: Arc<UpdateBudget>,
 }
 
 /// How one worker's life ended.
@@ -107,7 +112,13 @@ impl Supervisor {
         alive: Arc<AtomicBool>,
         live: Arc<Live>,
     ) -> Self {
+        // Untaken updates may hold what one response could decode to.
+        let update_budget = UpdateBudget::new(Cost {
+            bytes: settings.protocol.frame_limit() as usize,
+            items: settings.response_limits().items_budget(),
+        });
         Self {
+            update_budget,
             settings,
             launcher,
             commands,
@@ -378,18 +389,13 @@ impl Supervisor {
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
         let limits = crate::response::ResponseDecoding::new(&self.settings);
-        // Untaken updates may hold what one response could decode to.
-        let update_budget = crate::updates::UpdateBudget::new(crate::updates::Cost {
-            bytes: self.settings.protocol.frame_limit() as usize,
-            items: limits.limits.items_budget(),
-        });
         let reader = tokio::spawn(read_frames(
             receiver,
             Arc::clone(&live),
             self.generation,
             raise_rx,
             limits,
-            update_budget,
+            Arc::clone(&self.update_budget),
         ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 

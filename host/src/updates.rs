@@ -1,15 +1,17 @@
 //! Where a streaming call's updates wait for their caller, and the budget that bounds them.
 //!
 //! The reader decodes each `Progress` frame where it is accepted and hands the update to its
-//! caller's channel at once. What callers have not taken yet is bounded per worker, not per
-//! call, by what one response could decode to: its frames may total at most the worker's
-//! `max_frame` bytes, and their decoded values at most the response budget's `max_items`
-//! items (sequence elements and map entries, so that a frame of a million empty strings is
-//! charged as a million `String`s, not a million bytes). Past either cap the reader waits for
-//! a caller to take an update before it reads the worker's next frame (backpressure on that
-//! worker alone), holding the one decoded update that did not fit. So small updates, such as a
-//! progress bar's, never hold anything up, and no worker can make the host hold more than
-//! two responses' worth of them.
+//! caller's channel at once. What callers have not taken yet is bounded per host (across its
+//! worker's restarts), not per call, by what one response could decode to
+//! ([`Cost::of_update`]): at most the host's `max_frame` bytes of frame bodies, values and
+//! channel slots (so a one-byte update of a 4 KiB type is charged 4 KiB), and at most the
+//! response budget's `max_items` items, each update one item and its sequence elements and map
+//! entries one each (so a frame of a million empty strings is charged a million `String`s,
+//! not a million bytes). Past either cap the reader waits for a caller to take an update
+//! before it reads the worker's next frame (backpressure on that worker alone), holding the
+//! one decoded update that did not fit. So small updates, such as a progress bar's, never
+//! hold anything up, and no worker can make the host hold more than two responses' worth of
+//! them.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,15 +21,33 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::supervisor::Decode;
 
-/// What one held update costs its worker's budget: its frame's body bytes and the items its
-/// decoded value holds.
+/// What one held update costs its host's budget, in bytes and items.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cost {
     pub(crate) bytes: usize,
     pub(crate) items: usize,
 }
 
+/// What holding any update costs besides its value: its slot in the caller's channel, and the
+/// allocator's header on the boxed value.
+const HELD_UPDATE_OVERHEAD: usize = std::mem::size_of::<Delivered>() + 16;
+
 impl Cost {
+    /// An update of type `T` decoded from `body_len` bytes into a value holding `items`
+    /// elements and entries. Charged as a response's decoding is bounded, and never zero:
+    /// bytes for the frame's body (which bounds the value's strings and byte strings), the
+    /// value's own size and its place in the channel, so that a one-byte update of a large
+    /// type is charged that type's size; and items for its elements plus one for the update
+    /// itself, as one element of a list of updates would be.
+    pub(crate) fn of_update<T>(body_len: usize, items: usize) -> Self {
+        Cost {
+            bytes: body_len
+                .saturating_add(std::mem::size_of::<T>())
+                .saturating_add(HELD_UPDATE_OVERHEAD),
+            items: items.saturating_add(1),
+        }
+    }
+
     fn fits_under(self, cap: Cost) -> bool {
         self.bytes <= cap.bytes && self.items <= cap.items
     }
@@ -40,7 +60,7 @@ impl Cost {
     }
 }
 
-/// One worker's budget for updates its callers have not taken yet.
+/// One host's budget for updates its callers have not taken yet.
 #[derive(Debug)]
 pub(crate) struct UpdateBudget {
     held: Mutex<Cost>,
@@ -93,7 +113,7 @@ impl UpdateBudget {
     }
 }
 
-/// An update on its way to its caller, holding its share of its worker's budget until taken.
+/// An update on its way to its caller, holding its share of its host's budget until taken.
 pub(crate) struct Delivered {
     pub(crate) update: Box<dyn Any + Send>,
     cost: Cost,
@@ -155,6 +175,19 @@ mod tests {
         drop(first);
         assert!(poll_once(&mut second), "taking the first makes room");
         assert_eq!(budget.held(), wide);
+    }
+
+    #[test]
+    fn an_update_is_charged_its_size_and_one_item_however_few_bytes_carry_it() {
+        // A `None` of a 4 KiB type is one byte on the wire.
+        let cost = Cost::of_update::<Option<[u64; 512]>>(1, 0);
+        assert!(cost.bytes > 4096, "{cost:?}");
+        assert_eq!(cost.items, 1);
+        // Even an empty update of a zero-sized type holds a slot.
+        let unit = Cost::of_update::<()>(0, 0);
+        assert!(unit.bytes >= std::mem::size_of::<Delivered>() && unit.items == 1);
+        // A list's elements are items besides the update.
+        assert_eq!(Cost::of_update::<Vec<String>>(3, 1000).items, 1001);
     }
 
     #[test]

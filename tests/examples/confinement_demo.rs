@@ -19,7 +19,12 @@ async fn attempt(bin: &str, policy: Confinement, name: &str, arg: &str) -> Resul
         .await;
     host.shutdown().await;
     Ok(match outcome {
-        Ok(evidence) => format!("WORKED ({})", evidence.chars().take(30).collect::<String>()),
+        // Escaped: the evidence is whatever the attack read (another process's environment
+        // holds NULs), and the terminal must not act on it.
+        Ok(evidence) => format!(
+            "WORKED ({})",
+            evidence.chars().take(30).collect::<String>().escape_debug()
+        ),
         Err(CallError::Remote(err)) => format!("refused: {}", err.message()),
         Err(other) => format!("refused: {other}"),
     })

@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
-use airlock_host::{method, Host, HostConfig};
+use airlock_host::{method, CallError, CallStream, Host, HostConfig, Streaming};
 use airlock_tests::e2e::{rogue_host, rogue_host_in, stat_fields, worker_bin, ScratchDir};
 use airlock_worker::builtin::{CountRequest, CountTo, Echo};
 use serde_bytes::ByteBuf;
@@ -56,20 +56,11 @@ async fn a_worker_cannot_make_the_host_hold_more_than_three_frames_of_updates() 
         !mark.exists(),
         "the host read all 64 fat updates without its callers taking any"
     );
-    // On this current-thread runtime nothing else runs while these polls do: what they take
-    // was already held by the host.
     let (mut updates, mut held) = (0, 0);
-    let mut cx = Context::from_waker(Waker::noop());
     for call in &mut calls {
-        loop {
-            let next = std::pin::pin!(call.next());
-            match next.poll(&mut cx) {
-                Poll::Ready(Some(update)) => {
-                    updates += 1;
-                    held += update.len();
-                }
-                Poll::Ready(None) | Poll::Pending => break,
-            }
+        for update in take_held(call) {
+            updates += 1;
+            held += update.len();
         }
     }
     assert!(updates > 0, "the worker's updates reached the callers");
@@ -80,6 +71,137 @@ async fn a_worker_cannot_make_the_host_hold_more_than_three_frames_of_updates() 
         3 * MAX_FRAME
     );
     drop(calls);
+    host.shutdown().await;
+}
+
+/// Every update the host already holds for `call`. On a current-thread runtime nothing else
+/// runs while these polls do, so the host's reader cannot add to them; `unconstrained`, so
+/// tokio's per-task budget does not end the polls early (after 128) with a false `Pending`.
+fn take_held<M: Streaming>(call: &mut CallStream<'_, M>) -> Vec<M::Progress> {
+    let mut held = Vec::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        let next = std::pin::pin!(tokio::task::unconstrained(call.next()));
+        match next.poll(&mut cx) {
+            Poll::Ready(Some(update)) => held.push(update),
+            Poll::Ready(None) | Poll::Pending => return held,
+        }
+    }
+}
+
+/// The protocol for the rogue's `tiny_updates`: a 64 KiB `max_frame`, and room for its 1,000
+/// updates in one call.
+fn tiny_updates_protocol() -> HostConfig {
+    HostConfig::default()
+        .max_frame(MAX_FRAME)
+        .expect("a valid max_frame")
+        .max_progress_per_call(1000)
+}
+
+/// A progress type whose every value is 4 KiB in memory, though a `None` is one byte on the
+/// wire (like an enum with one large variant).
+type Sparse = Option<[[u64; 32]; 16]>;
+
+method!(
+    /// The rogue's identity method called as a stream of mostly empty 4 KiB updates.
+    SparseStream, "sparse", ByteBuf => ByteBuf, progress Sparse
+);
+
+/// A worker sends 1,000 updates of one byte each, every one a 4 KiB value decoded: 4 MB in
+/// memory against a 64 KiB `max_frame`. Each held update is charged its size in memory, so
+/// what the host holds untaken stays within `max_frame`; and once the caller reads, every
+/// update and the answer arrive.
+#[tokio::test(flavor = "current_thread")]
+async fn a_worker_cannot_make_the_host_hold_more_than_max_frame_in_small_updates() {
+    let dir = ScratchDir::new("tiny-updates");
+    let mark = dir.join("mark");
+    let host = rogue_host_in(&dir)
+        .arg("tiny_updates")
+        .env("ROGUE_MARK", &mark)
+        .protocol(tiny_updates_protocol())
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let mut call = host.call_streaming::<SparseStream>(&ByteBuf::from(b"x".to_vec()));
+    // The attack is live: all 1,000 updates are written (into the host's pipe, whether or not
+    // its reader takes them).
+    let waited = Instant::now();
+    while !mark.exists() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the rogue never sent its updates"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Time for the host's reader to take what it would.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = take_held(&mut call).len();
+    assert!(held > 0, "the worker's updates reached the caller");
+    let in_memory = held * std::mem::size_of::<Sparse>();
+    assert!(
+        in_memory <= MAX_FRAME as usize,
+        "the host held {held} updates of 4 KiB, {in_memory} bytes, for one worker whose \
+         max_frame is {MAX_FRAME}"
+    );
+    let mut delivered = held;
+    while call.next().await.is_some() {
+        delivered += 1;
+    }
+    assert_eq!(
+        delivered, 1000,
+        "every update arrives once the caller reads"
+    );
+    assert_eq!(
+        call.result().await.expect("the honest answer").as_ref(),
+        b"x"
+    );
+    host.shutdown().await;
+}
+
+/// Waits until the host has restarted its worker `restarts` times.
+async fn restarted(host: &Host, restarts: u64) {
+    let waited = Instant::now();
+    while host.stats().restarts < restarts {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the worker was not restarted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The update budget is the host's, not one worker process's: a worker that sends small
+/// updates and exits, twice, leaves both streams' updates with their callers, and together
+/// they stay within one `max_frame`. The stuck successor is still put down and restarted.
+#[tokio::test(flavor = "current_thread")]
+async fn updates_a_lost_worker_left_untaken_count_against_its_successor() {
+    let host = rogue_host()
+        .arg("tiny_updates_then_exit")
+        .protocol(tiny_updates_protocol())
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let mut first = host.call_streaming::<SparseStream>(&ByteBuf::from(b"x".to_vec()));
+    restarted(&host, 1).await;
+    let mut second = host.call_streaming::<SparseStream>(&ByteBuf::from(b"x".to_vec()));
+    restarted(&host, 2).await;
+    let (first_held, second_held) = (take_held(&mut first).len(), take_held(&mut second).len());
+    assert!(
+        first_held > 0,
+        "the first worker's updates reached its caller"
+    );
+    let in_memory = (first_held + second_held) * std::mem::size_of::<Sparse>();
+    assert!(
+        in_memory <= MAX_FRAME as usize,
+        "the host held {first_held} + {second_held} updates of 4 KiB from two workers, \
+         {in_memory} bytes, against a max_frame of {MAX_FRAME}"
+    );
+    for call in [first, second] {
+        assert!(
+            matches!(call.result().await, Err(CallError::WorkerLost(_))),
+            "both calls end with their workers"
+        );
+    }
     host.shutdown().await;
 }
 
@@ -125,20 +247,8 @@ async fn a_worker_cannot_make_the_host_hold_more_than_one_response_of_decoded_it
     }
     // Time for the host's reader to take what it would.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // On this current-thread runtime nothing else runs while these polls do: what they take
-    // was already held by the host.
-    let (mut held_updates, mut held_items) = (0, 0);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        let next = std::pin::pin!(call.next());
-        match next.poll(&mut cx) {
-            Poll::Ready(Some(update)) => {
-                held_updates += 1;
-                held_items += update.len();
-            }
-            Poll::Ready(None) | Poll::Pending => break,
-        }
-    }
+    let held = take_held(&mut call);
+    let (held_updates, held_items) = (held.len(), held.iter().map(Vec::len).sum::<usize>());
     assert!(held_updates > 0, "the worker's updates reached the caller");
     assert!(
         held_items <= WIDE_ITEMS,

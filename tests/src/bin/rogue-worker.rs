@@ -299,6 +299,9 @@ fn sleep_forever() -> ! {
     }
 }
 
+/// The updates `tiny_updates` sends.
+const TINY_UPDATES: usize = 1000;
+
 /// The strings in each `wide_updates` update.
 const WIDE_UPDATE_ITEMS: usize = 100_000;
 
@@ -464,6 +467,23 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
                 rogue.answer(call);
             }
             mark_with(b"sent");
+        }
+        "tiny_updates" | "tiny_updates_then_exit" => {
+            // `TINY_UPDATES` updates of one byte each (a `None`, or a `u32` 0), written in one
+            // go; marks "sent" once all are written, then answers honestly, or (`_then_exit`)
+            // exits unanswered, to be restarted.
+            let one = encode_frame(&Frame::Progress(Progress {
+                id,
+                method,
+                body: &[0],
+            }));
+            let _ = rogue.output.write_all(&one.repeat(TINY_UPDATES));
+            let _ = rogue.output.flush();
+            mark_with(b"sent");
+            if scenario == "tiny_updates_then_exit" {
+                std::process::exit(3);
+            }
+            rogue.answer(call);
         }
         "wide_updates" => {
             // 16 updates, each a list of `WIDE_UPDATE_ITEMS` empty strings (one byte each on
