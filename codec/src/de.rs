@@ -412,7 +412,14 @@ impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
             None => Ok(None),
             Some(left) => {
                 self.left = left;
-                seed.deserialize(Element { seq: self }).map(Some)
+                // Only a one-byte value can be a lone byte: a `Box<u8>`, or any larger type
+                // read from a `u8`, occupies more than the byte it came from.
+                let lone_byte = core::mem::size_of::<T::Value>() == 1;
+                seed.deserialize(Element {
+                    seq: self,
+                    lone_byte,
+                })
+                .map(Some)
             }
         }
     }
@@ -425,21 +432,27 @@ impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
 /// The deserializer one element of a counted sequence is decoded with: it sees the element's
 /// outermost request, so it knows what the element is and charges it once.
 ///
-/// **A byte is budgeted as a byte.** An element that is one `u8` or `i8` and nothing else
-/// (a `Vec<u8>`'s elements) is read from exactly one input byte and occupies one byte, so the
-/// input-length budget already bounds both its count and its memory; it is counted against
-/// `max_len`, like the byte string it is, and not against `max_items`. Every other element is
-/// charged one item before it is decoded: a zero-sized element costs no input at all, and a
-/// larger one may occupy more memory than the bytes it came from, which is what the item
-/// budget bounds.
+/// **A byte is budgeted as a byte.** An element that is read as one `u8` or `i8` and is
+/// itself one byte in memory (a `Vec<u8>`'s elements) comes from exactly one input byte and
+/// occupies one byte, so the input-length budget already bounds both its count and its memory;
+/// it is counted against `max_len`, like the byte string it is, and not against `max_items`.
+/// Every other element is charged one item before it is decoded: a zero-sized element costs no
+/// input at all, and a larger one (a `Box<u8>`, a struct, a string) may occupy more memory
+/// than the bytes it came from, which is what the item budget bounds.
 struct Element<'a, 'b, 'de> {
     seq: &'a mut CountedElements<'b, 'de>,
+    /// The element's type is one byte in memory, so a `u8` read is budgeted as a byte.
+    lone_byte: bool,
 }
 
 impl<'de> Element<'_, '_, 'de> {
-    /// Counts one lone-byte element of this sequence against `max_len`.
+    /// Counts one byte-sized element read as a byte against `max_len`; any other element read
+    /// as a byte is charged an item.
     #[inline]
     fn byte(&mut self) -> Result<(), DecodeError> {
+        if !self.lone_byte {
+            return self.seq.de.reader.charge_item();
+        }
         let seq = &mut *self.seq;
         seq.bytes += 1;
         let max = seq.de.reader.len_budget();

@@ -42,12 +42,13 @@
 //!
 //! ## Byte buffers
 //! A plain `Vec<u8>` works at any size the byte budgets allow: a sequence of lone `u8` (or
-//! `i8`) elements is budgeted as the byte string it is, by the input's length and
-//! [`Limits::max_len`], not element by element against [`Limits::max_items`]. That is sound
-//! because each such element is read from exactly one input byte and occupies one byte, so
-//! the byte budgets already bound its count and its memory; the item budget exists for
-//! elements they do not bound (zero-sized ones, and ones larger in memory than on the wire),
-//! and every other element is still charged to it.
+//! `i8`) elements, each one byte in memory, is budgeted as the byte string it is, by the
+//! input's length and [`Limits::max_len`], not element by element against
+//! [`Limits::max_items`]. That is sound because each such element is read from exactly one
+//! input byte and occupies one byte, so the byte budgets already bound its count and its
+//! memory; the item budget exists for elements they do not bound (zero-sized ones, and ones
+//! larger in memory than on the wire, such as a `Box<u8>`), and every other element is still
+//! charged to it.
 //!
 //! serde still decodes a `Vec<u8>` one element at a time, which costs about three times as
 //! much as a byte string. For bulk data use a byte type: `serde_bytes::ByteBuf`, a

@@ -116,7 +116,8 @@ impl Limits {
     ///
     /// Worst-case memory: for a [`Value`](crate::Value), about this many times its 32 bytes
     /// (a map of n entries is charged 6n + 23 items for its tree nodes). For a typed decode,
-    /// this many times the size of the largest element type, times that container's own slack
+    /// this many times the size of the largest element type (counting what a `Box` in it
+    /// points to, which one item pays for whole), times that container's own slack
     /// (a `BTreeMap` node has room for eleven entries; a growing `Vec` up to twice its length).
     /// Separately, capacity reserved ahead of sequence elements is at most one element slot
     /// per [`INPUT_BYTES_PER_PREALLOC_SLOT`] input bytes over the whole decode (see there for

@@ -123,6 +123,26 @@ fn elements_that_are_not_lone_bytes_still_cost_one_item_each() {
 }
 
 #[test]
+fn elements_read_as_a_byte_but_larger_in_memory_cost_one_item_each() {
+    let limits = Limits::default().max_items(1_000);
+    // The same bytes as a `Vec<u8>` of 1,001, which the item budget does not touch...
+    let bytes = to_vec(&vec![7u8; 1_001]).unwrap();
+    assert_eq!(from_slice::<Vec<u8>>(&bytes, &limits).unwrap().len(), 1_001);
+    // ...but each `Box<u8>` is a heap allocation and a pointer: one item each.
+    assert_eq!(
+        from_slice::<Vec<Box<u8>>>(&bytes, &limits),
+        Err(DecodeError::ItemLimit { max: 1_000 })
+    );
+    let at_budget = to_vec(&vec![7u8; 1_000]).unwrap();
+    assert_eq!(
+        from_slice::<Vec<Box<u8>>>(&at_budget, &limits)
+            .unwrap()
+            .len(),
+        1_000
+    );
+}
+
+#[test]
 fn a_count_no_budget_can_pay_for_is_refused_before_any_element() {
     let claim = 1u64 << 40;
     let mut bomb = varint(claim);
