@@ -17,12 +17,14 @@ use crate::{CallError, Host, InProcess, Pool};
 /// Every update was decoded by the budgeted codec where its frame was accepted (one that does
 /// not decode ends the worker, and the call fails with `WorkerLost(UndecodableResponse)`). The
 /// call's deadline and the per-call update quota (`HostConfig::max_progress_per_call`) hold as
-/// for any call. Updates wait here for the caller; a host's untaken updates may total at
+/// for any call. Updates wait here for the caller; a worker's untaken updates may total at
 /// most what one response may decode to (its `max_frame` in bytes, each update charged its
-/// frame body, its value's own size and its channel slot; the response budget's `max_items`
-/// in items, each update one and each of its elements one), beyond which the host stops
-/// reading its worker until some are taken (small updates never come near it). Dropping it
-/// before the outcome cancels the call.
+/// frame body, its value's own size and a slot of about 60 bytes; the response budget's
+/// `max_items` in items, each update one and each of its elements one), beyond which the
+/// host stops reading that worker until some are taken, and its other calls wait, bounded by
+/// their deadlines. Small updates come near it only by the hundred thousand at the default
+/// `max_frame`; at a small one, read streams promptly. Dropping it before the outcome
+/// cancels the call.
 ///
 /// ```no_run
 /// use airlock_host::{method, Host};

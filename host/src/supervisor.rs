@@ -92,10 +92,8 @@ pub(crate) struct Supervisor {
     shutdown: Option<Vec<oneshot::Sender<()>>>,
     /// When the current worker's launch ended: its handshake is timed from here.
     launched_at: Instant,
-    /// What streaming callers have not taken yet, from every worker this host has run: one
-    /// budget across restarts, so updates a lost worker left with slow readers count against
-    /// its successor's.
-    update_budget: Arc<UpdateBudget>,
+    /// The cap on what streaming callers have not taken yet, per worker process.
+    update_cap: Cost,
 }
 
 /// How one worker's life ended.
@@ -113,12 +111,12 @@ impl Supervisor {
         live: Arc<Live>,
     ) -> Self {
         // Untaken updates may hold what one response could decode to.
-        let update_budget = UpdateBudget::new(Cost {
+        let update_cap = Cost {
             bytes: settings.protocol.frame_limit() as usize,
             items: settings.response_limits().items_budget(),
-        });
+        };
         Self {
-            update_budget,
+            update_cap,
             settings,
             launcher,
             commands,
@@ -395,7 +393,9 @@ impl Supervisor {
             self.generation,
             raise_rx,
             limits,
-            Arc::clone(&self.update_budget),
+            // Each worker process has its own: a lost worker's updates stay charged to its
+            // budget until their callers take or drop them, and never hold up its successor.
+            UpdateBudget::new(self.update_cap),
         ));
         let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::clone(&live)));
 

@@ -1,17 +1,22 @@
 //! Where a streaming call's updates wait for their caller, and the budget that bounds them.
 //!
 //! The reader decodes each `Progress` frame where it is accepted and hands the update to its
-//! caller's channel at once. What callers have not taken yet is bounded per host (across its
-//! worker's restarts), not per call, by what one response could decode to
-//! ([`Cost::of_update`]): at most the host's `max_frame` bytes of frame bodies, values and
-//! channel slots (so a one-byte update of a 4 KiB type is charged 4 KiB), and at most the
-//! response budget's `max_items` items, each update one item and its sequence elements and map
-//! entries one each (so a frame of a million empty strings is charged a million `String`s,
-//! not a million bytes). Past either cap the reader waits for a caller to take an update
-//! before it reads the worker's next frame (backpressure on that worker alone), holding the
-//! one decoded update that did not fit. So small updates, such as a progress bar's, never
-//! hold anything up, and no worker can make the host hold more than two responses' worth of
-//! them.
+//! caller's channel at once. What callers have not taken yet is bounded per worker process,
+//! not per call, by what one response could decode to ([`Cost::of_update`]): at most the
+//! host's `max_frame` bytes of frame bodies, values' own sizes and channel slots (so a
+//! one-byte update of a 4 KiB type is charged 4 KiB), and at most the response budget's
+//! `max_items` items, each update one item and its sequence elements and map entries one each
+//! (so a frame of a million empty strings is charged a million `String`s, not a million
+//! bytes). What a `Box` in an update points to is bounded as in a response, by the items: at
+//! most `max_items` updates are held. Past either cap the reader waits for a caller to take
+//! an update before it reads the worker's next frame (backpressure on that worker alone),
+//! holding the one decoded update that did not fit. So no worker can make the host hold more
+//! than two responses' worth of them, and small updates hold nothing up until about
+//! `max_frame / 64` of them are untaken (some 270,000 progress-bar `u32`s at the default).
+//!
+//! A lost worker's updates stay charged to its own budget until their callers take or drop
+//! them: they never hold up its successor, and the restart policy bounds how many lost
+//! workers a host can have.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -69,7 +74,7 @@ pub(crate) struct UpdateBudget {
 }
 
 impl UpdateBudget {
-    /// A budget of `cap` bytes and items: one response's `max_frame` and `max_items`.
+    /// A budget of `cap` bytes and items.
     pub(crate) fn new(cap: Cost) -> Arc<Self> {
         Arc::new(Self {
             held: Mutex::new(Cost::default()),
