@@ -538,10 +538,17 @@ async fn deliver_updates(
     for (updates, body) in updates {
         match (updates.decode)(&body, limits) {
             Ok((update, cost)) => {
-                budget.take(cost).await;
+                // A caller that has stopped listening takes no more updates: its update is
+                // dropped at once, never waiting for room it would not use. (`take` changes
+                // the budget only as it returns, so abandoning it takes nothing.)
+                tokio::select! {
+                    biased;
+                    () = updates.sender.closed() => continue,
+                    () = budget.take(cost) => {}
+                }
                 let delivered = Delivered::new(update, cost, Arc::clone(budget));
-                // A caller that dropped its stream takes no more updates: the update is
-                // dropped here, and its share of the budget given back.
+                // A caller that drops its stream from here on: the update is dropped with the
+                // channel, and its share of the budget given back.
                 let _ = updates.sender.send(delivered);
             }
             Err(_) => {

@@ -162,6 +162,96 @@ async fn a_worker_cannot_make_the_host_hold_more_than_max_frame_in_small_updates
     host.shutdown().await;
 }
 
+/// A `count_to` step as a host might keep it: the step beside 40 KB of the host's own, so
+/// that one update is charged far more than its wire bytes.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(from = "u32", into = "u32")]
+struct PaddedStep {
+    step: u32,
+    pad: [u8; 40_000],
+}
+
+impl From<u32> for PaddedStep {
+    fn from(step: u32) -> Self {
+        Self {
+            step,
+            pad: [0; 40_000],
+        }
+    }
+}
+
+impl From<PaddedStep> for u32 {
+    fn from(padded: PaddedStep) -> Self {
+        padded.step
+    }
+}
+
+method!(
+    /// The bundled worker's `count_to`, each step kept padded by the host.
+    CountPadded, "count_to", CountRequest => u32, progress PaddedStep
+);
+
+/// An update whose caller has stopped listening is dropped at once, never waiting for room:
+/// with the worker's budget half full of a stream nobody reads yet, a call whose caller wants
+/// only the outcome gets it, although its one update would not fit, and nothing is killed.
+#[tokio::test(flavor = "current_thread")]
+async fn an_update_nobody_will_take_does_not_wait_for_room() {
+    let host = Host::builder(worker_bin())
+        .protocol(
+            HostConfig::default()
+                .max_frame(MAX_FRAME)
+                .expect("a valid max_frame"),
+        )
+        .spawn()
+        .await
+        .expect("spawn the worker");
+    // 500 small steps, about half the 64 KiB budget, left unread for now.
+    let mut unread = host.call_streaming_with_deadline::<CountTo>(
+        &CountRequest {
+            count: 500,
+            pause_ms: 0,
+        },
+        Instant::now() + Duration::from_secs(30),
+    );
+    // The reader is free: a neighbour's answer comes through.
+    let neighbour = host
+        .call_with_deadline::<Echo>(
+            &ByteBuf::from(b"neighbour".to_vec()),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await;
+    assert!(neighbour.is_ok(), "{neighbour:?}");
+    // One 40 KB step, which the rest of the budget cannot hold, for a caller that only takes
+    // the outcome.
+    let outcome_only = host
+        .call_streaming_with_deadline::<CountPadded>(
+            &CountRequest {
+                count: 1,
+                pause_ms: 0,
+            },
+            Instant::now() + Duration::from_secs(2),
+        )
+        .result()
+        .await;
+    assert_eq!(
+        outcome_only,
+        Ok(1),
+        "the answer waited behind an update nobody would take"
+    );
+    let mut steps = Vec::new();
+    while let Some(step) = unread.next().await {
+        steps.push(step);
+    }
+    assert_eq!(steps, (1..=500).collect::<Vec<_>>(), "every step, in order");
+    assert_eq!(unread.result().await, Ok(500));
+    assert_eq!(
+        host.stats().restarts,
+        0,
+        "the honest worker was never killed"
+    );
+    host.shutdown().await;
+}
+
 /// Waits until the host has restarted its worker `restarts` times.
 async fn restarted(host: &Host, restarts: u64) {
     let waited = Instant::now();
