@@ -168,14 +168,14 @@ async fn a_worker_cannot_make_the_host_hold_more_than_max_frame_in_small_updates
 #[serde(from = "u32", into = "u32")]
 struct PaddedStep {
     step: u32,
-    pad: [u8; 40_000],
+    _pad: [u8; 40_000],
 }
 
 impl From<u32> for PaddedStep {
     fn from(step: u32) -> Self {
         Self {
             step,
-            pad: [0; 40_000],
+            _pad: [0; 40_000],
         }
     }
 }
