@@ -97,6 +97,7 @@ impl<'de> Deserializer<'de> {
             left: count,
             bytes: 0,
             hint,
+            contiguous: core::cell::Cell::new(false),
         };
         let value = visitor.visit_seq(&mut access);
         let left = access.left;
@@ -398,6 +399,10 @@ struct CountedElements<'a, 'de> {
     bytes: usize,
     /// Capacity already granted from the reader's pre-allocation budget.
     hint: usize,
+    /// The container asked for the size hint, as those that keep their elements in one buffer
+    /// (`Vec`, `VecDeque`, `BinaryHeap`) do before the first element; a `LinkedList`, which
+    /// allocates a node per element, does not.
+    contiguous: core::cell::Cell<bool>,
 }
 
 impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
@@ -412,9 +417,10 @@ impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
             None => Ok(None),
             Some(left) => {
                 self.left = left;
-                // Only a one-byte value can be a lone byte: a `Box<u8>`, or any larger type
-                // read from a `u8`, occupies more than the byte it came from.
-                let lone_byte = core::mem::size_of::<T::Value>() == 1;
+                // Only a one-byte value in a container that keeps its elements in one buffer
+                // can be a lone byte: a `Box<u8>`, any larger type read from a `u8`, or a
+                // `LinkedList<u8>`'s node occupies more than the byte it came from.
+                let lone_byte = core::mem::size_of::<T::Value>() == 1 && self.contiguous.get();
                 seed.deserialize(Element {
                     seq: self,
                     lone_byte,
@@ -425,6 +431,7 @@ impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
     }
 
     fn size_hint(&self) -> Option<usize> {
+        self.contiguous.set(true);
         Some(self.hint.min(self.left))
     }
 }
@@ -432,9 +439,10 @@ impl<'de> de::SeqAccess<'de> for CountedElements<'_, 'de> {
 /// The deserializer one element of a counted sequence is decoded with: it sees the element's
 /// outermost request, so it knows what the element is and charges it once.
 ///
-/// **A byte is budgeted as a byte.** An element that is read as one `u8` or `i8` and is
-/// itself one byte in memory (a `Vec<u8>`'s elements) comes from exactly one input byte and
-/// occupies one byte, so the input-length budget already bounds both its count and its memory;
+/// **A byte is budgeted as a byte.** An element that is read as one `u8` or `i8`, is itself
+/// one byte in memory and goes into a container that keeps its elements in one buffer (a
+/// `Vec<u8>`'s elements) comes from exactly one input byte and occupies one byte (a growing
+/// buffer at most two), so the input-length budget already bounds both its count and its memory;
 /// it is counted against `max_len`, like the byte string it is, and not against `max_items`.
 /// Every other element is charged one item before it is decoded: a zero-sized element costs no
 /// input at all, and a larger one (a `Box<u8>`, a struct, a string) may occupy more memory

@@ -12,7 +12,7 @@
 //! sums, over a whole decode, to at most one element slot per [`INPUT_BYTES_PER_PREALLOC_SLOT`]
 //! (16) input bytes, a slot being one element of the container's type; and the decoded value is
 //! what the input encodes times that type's own expansion (a `BTreeMap` node has room for
-//! eleven entries however few it holds; a `Vec` growing past its hint may briefly hold twice
+//! eleven entries however few it holds; a `Vec` grown past its hint may keep room for twice
 //! its elements). Maps are given no size hint at all. So memory is a small multiple of the
 //! input's length for small element types; box large elements (a `Vec<[u64; 512]>` slot is
 //! 4 KiB, a `Vec<Box<[u64; 512]>>` slot 8 bytes); a `HashSet` turns its slots into a bucket
@@ -42,13 +42,14 @@
 //!
 //! ## Byte buffers
 //! A plain `Vec<u8>` works at any size the byte budgets allow: a sequence of lone `u8` (or
-//! `i8`) elements, each one byte in memory, is budgeted as the byte string it is, by the
-//! input's length and [`Limits::max_len`], not element by element against
-//! [`Limits::max_items`]. That is sound because each such element is read from exactly one
-//! input byte and occupies one byte, so the byte budgets already bound its count and its
-//! memory; the item budget exists for elements they do not bound (zero-sized ones, and ones
-//! larger in memory than on the wire, such as a `Box<u8>`), and every other element is still
-//! charged to it.
+//! `i8`) elements, each one byte in memory, in a container that keeps them in one buffer
+//! (`Vec`, `VecDeque`, `BinaryHeap`: those that ask for the size hint), is budgeted as the
+//! byte string it is, by the input's length and [`Limits::max_len`], not element by element
+//! against [`Limits::max_items`]. That is sound because each such element is read from
+//! exactly one input byte and occupies one byte of the buffer, so the byte budgets already
+//! bound its count and its memory; the item budget exists for elements they do not bound
+//! (zero-sized ones, and ones larger in memory than on the wire, such as a `Box<u8>` or a
+//! `LinkedList<u8>`'s node), and every other element is still charged to it.
 //!
 //! serde still decodes a `Vec<u8>` one element at a time, which costs about three times as
 //! much as a byte string. For bulk data use a byte type: `serde_bytes::ByteBuf`, a

@@ -111,7 +111,8 @@ impl Limits {
     /// zero-sized elements included. Default [`DEFAULT_MAX_ITEMS`] (1 Mi).
     ///
     /// Not counted: the elements of a byte sequence (a `Vec<u8>`, each element one `u8` or
-    /// `i8`), which are budgeted as bytes by [`Limits::max_bytes`] and [`Limits::max_len`],
+    /// `i8` in one buffer; not a `LinkedList<u8>`, whose elements are items), which are
+    /// budgeted as bytes by [`Limits::max_bytes`] and [`Limits::max_len`],
     /// since each is one input byte and one byte of memory (see the crate docs, "Byte buffers").
     ///
     /// Worst-case memory: for a [`Value`](crate::Value), about this many times its 32 bytes

@@ -133,6 +133,17 @@ fn elements_read_as_a_byte_but_larger_in_memory_cost_one_item_each() {
         from_slice::<Vec<Box<u8>>>(&bytes, &limits),
         Err(DecodeError::ItemLimit { max: 1_000 })
     );
+    // And so is each node of a `LinkedList<u8>`, while a `VecDeque<u8>` is one buffer.
+    assert_eq!(
+        from_slice::<std::collections::LinkedList<u8>>(&bytes, &limits),
+        Err(DecodeError::ItemLimit { max: 1_000 })
+    );
+    assert_eq!(
+        from_slice::<std::collections::VecDeque<u8>>(&bytes, &limits)
+            .unwrap()
+            .len(),
+        1_001
+    );
     let at_budget = to_vec(&vec![7u8; 1_000]).unwrap();
     assert_eq!(
         from_slice::<Vec<Box<u8>>>(&at_budget, &limits)
