@@ -401,7 +401,9 @@ struct CountedElements<'a, 'de> {
     hint: usize,
     /// The container asked for the size hint, as those that keep their elements in one buffer
     /// (`Vec`, `VecDeque`, `BinaryHeap`) do before the first element; a `LinkedList`, which
-    /// allocates a node per element, does not.
+    /// allocates a node per element, does not. This holds for `Deserialize::deserialize`, the
+    /// only entry this crate uses; serde's `deserialize_in_place` of a `LinkedList` asks too,
+    /// so an in-place decode must not rely on it.
     contiguous: core::cell::Cell<bool>,
 }
 
