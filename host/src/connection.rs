@@ -526,8 +526,8 @@ fn deliver(
 /// worker's next frame (so every update is with its caller before the call's answer). An
 /// update that does not decode is a lie: the worker is cut off (false is returned). Waits only
 /// while the worker's undelivered updates would pass their budget (bytes and items, see
-/// `updates`): then the
-/// worker's other frames wait with it, bounded by the deadlines, which the supervisor keeps.
+/// `updates`): then the worker's other frames wait with it, bounded by the deadlines, which
+/// the supervisor keeps.
 async fn deliver_updates(
     live: &Live,
     generation: u64,

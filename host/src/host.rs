@@ -615,7 +615,7 @@ where
 }
 
 /// [`decode_response`] for a streaming call's update, boxed (updates share one channel type),
-/// with what holding it costs its host's update budget ([`Cost::of_update`]).
+/// with what holding it costs its worker's update budget ([`Cost::of_update`]).
 pub(crate) fn decode_update<T>(
     body: &[u8],
     decoding: &ResponseDecoding,

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::supervisor::Decode;
 
-/// What one held update costs its host's budget, in bytes and items.
+/// What one held update costs its worker's budget, in bytes and items.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cost {
     pub(crate) bytes: usize,
@@ -65,7 +65,7 @@ impl Cost {
     }
 }
 
-/// One host's budget for updates its callers have not taken yet.
+/// One worker process's budget for updates its callers have not taken yet.
 #[derive(Debug)]
 pub(crate) struct UpdateBudget {
     held: Mutex<Cost>,
@@ -118,7 +118,7 @@ impl UpdateBudget {
     }
 }
 
-/// An update on its way to its caller, holding its share of its host's budget until taken.
+/// An update on its way to its caller, holding its share of its worker's budget until taken.
 pub(crate) struct Delivered {
     pub(crate) update: Box<dyn Any + Send>,
     cost: Cost,
@@ -155,8 +155,9 @@ mod tests {
     use std::future::Future;
     use std::task::{Context, Waker};
 
-    fn poll_once(take: &mut std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
-        take.as_mut()
+    /// Whether `take(cost)` completes at once; one abandoned while it waits takes nothing.
+    fn takes_now(budget: &UpdateBudget, cost: Cost) -> bool {
+        std::pin::pin!(budget.take(cost))
             .poll(&mut Context::from_waker(Waker::noop()))
             .is_ready()
     }
@@ -169,17 +170,14 @@ mod tests {
         });
         // Few bytes, many items: a frame of empty strings.
         let wide = Cost { bytes: 3, items: 8 };
-        let first = Delivered::new(Box::new(()), wide, Arc::clone(&budget));
-        let mut first_take = std::pin::pin!(budget.take(wide));
-        assert!(poll_once(&mut first_take), "an empty budget takes anything");
-        let mut second = std::pin::pin!(budget.take(wide));
+        assert!(takes_now(&budget, wide), "an empty budget takes anything");
         assert!(
-            !poll_once(&mut second),
+            !takes_now(&budget, wide),
             "16 items held would pass the cap of 10, however few the bytes"
         );
-        drop(first);
-        assert!(poll_once(&mut second), "taking the first makes room");
-        assert_eq!(budget.held(), wide);
+        assert_eq!(budget.held(), wide, "the abandoned take took nothing");
+        budget.give_back(wide);
+        assert!(takes_now(&budget, wide), "taking the first makes room");
     }
 
     #[test]
@@ -202,16 +200,14 @@ mod tests {
             items: 10,
         });
         let small = Cost { bytes: 1, items: 1 };
-        let mut take_small = std::pin::pin!(budget.take(small));
-        assert!(poll_once(&mut take_small));
         let huge = Cost {
             bytes: 50,
             items: 0,
         };
-        let mut take_huge = std::pin::pin!(budget.take(huge));
-        assert!(!poll_once(&mut take_huge));
+        assert!(takes_now(&budget, small));
+        assert!(!takes_now(&budget, huge));
         budget.give_back(small);
-        assert!(poll_once(&mut take_huge));
+        assert!(takes_now(&budget, huge));
         assert_eq!(budget.held(), huge);
     }
 }
