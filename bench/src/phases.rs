@@ -622,7 +622,7 @@ fn allocations(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
-/// Spawn to ready beside a raw spawn, and the codec beside plain postcard.
+/// Spawn to ready beside a raw spawn, then the codec beside plain postcard.
 fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     let rt = links::runtime(2)?;
     let spawns = 5 * scale.size;
@@ -633,9 +633,6 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
         }
         Ok(total.as_secs_f64() * 1e3 / f64::from(spawns))
     };
-    let rows_bytes = codec_table();
-    let limits = airlock_codec::Limits::default();
-    let decodes = 2 * scale.size;
     let measured = vec![
         Measured {
             row: Row::new(
@@ -688,36 +685,51 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
                 }),
             ],
         },
-        Measured {
-            row: Row::new(
-                "codec, decode a 100k-row table",
-                Unit::Millis,
-                "airlock_codec::from_slice",
-                &["postcard::from_bytes"],
-            ),
-            bursts: vec![
-                Box::new(|| {
-                    let started = std::time::Instant::now();
-                    for _ in 0..decodes {
-                        std::hint::black_box(airlock_codec::from_slice::<
-                            Vec<airlock_test_support::table::Row>,
-                        >(&rows_bytes, &limits)?);
-                    }
-                    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
-                }),
-                Box::new(|| {
-                    let started = std::time::Instant::now();
-                    for _ in 0..decodes {
-                        std::hint::black_box(postcard::from_bytes::<
-                            Vec<airlock_test_support::table::Row>,
-                        >(&rows_bytes)?);
-                    }
-                    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(decodes))
-                }),
-            ],
-        },
     ];
-    interleave(measured, scale.reps)
+    let mut rows = interleave(measured, scale.reps)?;
+    rows.extend(codec(scale)?);
+    Ok(rows)
+}
+
+/// The codec beside plain postcard. Each burst is a single decode, and the two alternate
+/// (the order flipping every pair) `reps × 2 × size` times: one decode takes tens of
+/// milliseconds, so pairing single decodes leaves a neighbour's burst of load less room to
+/// fall on one decoder's samples and not the other's than bursts of several decodes would.
+fn codec(scale: Scale) -> Result<Vec<Row>, Error> {
+    let rows_bytes = codec_table();
+    let limits = airlock_codec::Limits::default();
+    let timed = |decode: &mut dyn FnMut() -> Result<(), Error>| -> Result<f64, Error> {
+        let started = std::time::Instant::now();
+        decode()?;
+        Ok(started.elapsed().as_secs_f64() * 1e3)
+    };
+    let measured = vec![Measured {
+        row: Row::new(
+            "codec, decode a 100k-row table",
+            Unit::Millis,
+            "airlock_codec::from_slice",
+            &["postcard::from_bytes"],
+        ),
+        bursts: vec![
+            Box::new(|| {
+                timed(&mut || {
+                    std::hint::black_box(airlock_codec::from_slice::<
+                        Vec<airlock_test_support::table::Row>,
+                    >(&rows_bytes, &limits)?);
+                    Ok(())
+                })
+            }),
+            Box::new(|| {
+                timed(&mut || {
+                    std::hint::black_box(postcard::from_bytes::<
+                        Vec<airlock_test_support::table::Row>,
+                    >(&rows_bytes)?);
+                    Ok(())
+                })
+            }),
+        ],
+    }];
+    interleave(measured, scale.reps * 2 * scale.size as usize)
 }
 
 /// The codec crate's benchmark table, encoded.
