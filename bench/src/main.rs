@@ -67,6 +67,7 @@ fn main() -> ExitCode {
         Some("calls") => profile_calls(&args[1..]),
         Some("spawns") => profile_spawns(&args[1..]),
         Some("held") => profile_held_memory(&args[1..]),
+        Some("codec") => profile_codec(&args[1..]),
         _ => options(&args).and_then(|o| orchestrate(&o)),
     };
     match result {
@@ -194,6 +195,20 @@ fn profile_held_memory(args: &[String]) -> Result<(), Error> {
     let resident = number_after(args, "--resident")?.unwrap_or(1024);
     let worker = value_after(args, "--worker")?;
     held_memory::run(n, &worker, unconfined, resident)
+}
+
+/// `codec N airlock|postcard`: N decodes of the codec row's table with one decoder and nothing
+/// else, for `valgrind --tool=callgrind` and `perf stat` to compare the two inside this binary.
+fn profile_codec(args: &[String]) -> Result<(), Error> {
+    let n: u32 = args.first().ok_or(USAGE)?.parse()?;
+    let decoder = match args.get(1).map(String::as_str) {
+        Some("airlock") => phases::Decoder::Airlock,
+        Some("postcard") => phases::Decoder::Postcard,
+        _ => return Err(USAGE.into()),
+    };
+    let each = phases::profile_codec(n, decoder)?;
+    eprintln!("{n} decodes: {:.2} ms each", each.as_secs_f64() * 1e3);
+    Ok(())
 }
 
 /// The argument after `flag`, which must be there.

@@ -622,8 +622,11 @@ fn allocations(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
-/// Spawn to ready beside a raw spawn, then the codec beside plain postcard.
+/// The codec beside plain postcard, then spawn to ready beside a raw spawn.
 fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
+    // The codec row runs first, so every spawn below is made by a host whose heap the decoded
+    // tables have grown, as a long-running host's is (the spawn row's figures depend on it).
+    let codec = codec(scale)?;
     let rt = links::runtime(2)?;
     let spawns = 5 * scale.size;
     let per_spawn = |f: &mut dyn FnMut() -> Result<Duration, Error>| -> Result<f64, Error> {
@@ -687,7 +690,7 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
         },
     ];
     let mut rows = interleave(measured, scale.reps)?;
-    rows.extend(codec(scale)?);
+    rows.extend(codec);
     Ok(rows)
 }
 
@@ -696,13 +699,7 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
 /// milliseconds, so pairing single decodes leaves a neighbour's burst of load less room to
 /// fall on one decoder's samples and not the other's than bursts of several decodes would.
 fn codec(scale: Scale) -> Result<Vec<Row>, Error> {
-    let rows_bytes = codec_table();
-    let limits = airlock_codec::Limits::default();
-    let timed = |decode: &mut dyn FnMut() -> Result<(), Error>| -> Result<f64, Error> {
-        let started = std::time::Instant::now();
-        decode()?;
-        Ok(started.elapsed().as_secs_f64() * 1e3)
-    };
+    let table = codec_table();
     let measured = vec![Measured {
         row: Row::new(
             "codec, decode a 100k-row table",
@@ -711,25 +708,47 @@ fn codec(scale: Scale) -> Result<Vec<Row>, Error> {
             &["postcard::from_bytes"],
         ),
         bursts: vec![
-            Box::new(|| {
-                timed(&mut || {
-                    std::hint::black_box(airlock_codec::from_slice::<
-                        Vec<airlock_test_support::table::Row>,
-                    >(&rows_bytes, &limits)?);
-                    Ok(())
-                })
-            }),
-            Box::new(|| {
-                timed(&mut || {
-                    std::hint::black_box(postcard::from_bytes::<
-                        Vec<airlock_test_support::table::Row>,
-                    >(&rows_bytes)?);
-                    Ok(())
-                })
-            }),
+            Box::new(|| Ok(Decoder::Airlock.time(&table)?.as_secs_f64() * 1e3)),
+            Box::new(|| Ok(Decoder::Postcard.time(&table)?.as_secs_f64() * 1e3)),
         ],
     }];
     interleave(measured, scale.reps * 2 * scale.size as usize)
+}
+
+/// The two decoders the codec row compares.
+#[derive(Clone, Copy)]
+pub enum Decoder {
+    /// `airlock_codec::from_slice` within the default `Limits`.
+    Airlock,
+    /// `postcard::from_bytes`.
+    Postcard,
+}
+
+impl Decoder {
+    /// How long one decode of `table` takes, dropping what it decoded included.
+    fn time(self, table: &[u8]) -> Result<Duration, Error> {
+        type Table = Vec<airlock_test_support::table::Row>;
+        let started = std::time::Instant::now();
+        match self {
+            Self::Airlock => drop(std::hint::black_box(airlock_codec::from_slice::<Table>(
+                table,
+                &airlock_codec::Limits::default(),
+            )?)),
+            Self::Postcard => drop(std::hint::black_box(postcard::from_bytes::<Table>(table)?)),
+        }
+        Ok(started.elapsed())
+    }
+}
+
+/// `n` decodes of the codec row's table with `decoder` (the profiling command `codec`):
+/// the mean time of one.
+pub fn profile_codec(n: u32, decoder: Decoder) -> Result<Duration, Error> {
+    let table = codec_table();
+    let mut total = Duration::ZERO;
+    for _ in 0..n {
+        total += decoder.time(&table)?;
+    }
+    Ok(total / n.max(1))
 }
 
 /// The codec crate's benchmark table, encoded.
