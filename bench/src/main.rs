@@ -107,6 +107,7 @@ fn options(args: &[String]) -> Result<Options, Error> {
 /// Runs each phase in a child of its own (pinning is per process), then prints and writes the
 /// rows.
 fn orchestrate(options: &Options) -> Result<(), Error> {
+    let started = proc_stats::CpuTicks::now()?;
     let mut rows: Vec<Row> = Vec::new();
     for phase in phases::PHASES {
         eprintln!("airlock-bench: phase {phase}...");
@@ -133,14 +134,18 @@ fn orchestrate(options: &Options) -> Result<(), Error> {
     } else {
         "cargo xtask bench"
     };
-    let machine = machine();
-    let date = today();
+    let run = table::Run {
+        machine: machine(),
+        command,
+        date: today(),
+        stolen: proc_stats::CpuTicks::now()?.stolen_since(started),
+    };
     if let Some(path) = &options.json {
-        std::fs::write(path, table::json(&rows, &machine, command, &date))?;
+        std::fs::write(path, table::json(&rows, &run))?;
         eprintln!("airlock-bench: wrote {}", path.display());
     }
     if let Some(path) = &options.markdown {
-        update_markdown(path, &machine, command, &date, &table, &verdicts)?;
+        update_markdown(path, &run, &table, &verdicts)?;
         eprintln!("airlock-bench: updated {}", path.display());
     }
     Ok(())
@@ -290,15 +295,11 @@ const END: &str = "<!-- airlock-bench:end -->";
 /// Replaces the generated part of `BENCHMARKS.md`, keeping what people wrote around it.
 fn update_markdown(
     path: &Path,
-    machine: &str,
-    command: &str,
-    date: &str,
+    run: &table::Run,
     table: &str,
     verdicts: &str,
 ) -> Result<(), Error> {
-    let generated = format!(
-        "{BEGIN}\nMeasured {date} on {machine} with `{command}`.\n\n{table}\n{verdicts}{END}"
-    );
+    let generated = format!("{BEGIN}\n{}\n\n{table}\n{verdicts}{END}", run.markdown());
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let new = match (old.find(BEGIN), old.find(END)) {
         (Some(start), Some(end)) if start < end => {

@@ -1,6 +1,7 @@
-//! What the kernel counts for a process, read from `/proc`: minor page faults (for the bulk
+//! What the kernel counts, read from `/proc`: for a process, minor page faults (for the bulk
 //! rows), CPU time (for the pipelined rows) and the resident set with its peak (for the host's
-//! peak-RSS row).
+//! peak-RSS row); for the machine, the CPU time a hypervisor gave to other guests (how noisy a
+//! run was).
 
 use crate::links::Error;
 
@@ -80,4 +81,46 @@ pub fn resident() -> Result<Resident, Error> {
 pub fn reset_peak() -> Result<(), Error> {
     std::fs::write("/proc/self/clear_refs", "5")?;
     Ok(())
+}
+
+/// The machine's CPU time so far, summed over its CPUs, in clock ticks: all of it, and the
+/// part a hypervisor ran other guests in while this one wanted to run (`steal`), from the
+/// `cpu` line of `/proc/stat`.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTicks {
+    /// Every field of the line: user, nice, system, idle, iowait, irq, softirq, steal.
+    pub total: u64,
+    /// The eighth field.
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// Reads them now.
+    pub fn now() -> Result<Self, Error> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .ok_or("/proc/stat: no cpu line")?;
+        let fields: Vec<u64> = line
+            .split_ascii_whitespace()
+            .skip(1)
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            total: fields.iter().sum(),
+            steal: fields.get(7).copied().unwrap_or(0),
+        })
+    }
+
+    /// The share of the CPUs' time stolen since `earlier`, in percent.
+    pub fn stolen_since(self, earlier: Self) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        let steal = self.steal.saturating_sub(earlier.steal);
+        if total == 0 {
+            return 0.0;
+        }
+        steal as f64 * 100.0 / total as f64
+    }
 }

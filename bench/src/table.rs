@@ -184,8 +184,33 @@ pub fn markdown(rows: &[Row]) -> String {
     out
 }
 
+/// Where, when and how a run was made.
+pub struct Run {
+    /// The CPU model, its count and the kernel.
+    pub machine: String,
+    /// The command that made the run.
+    pub command: &'static str,
+    /// The day (UTC).
+    pub date: String,
+    /// The share of the CPUs' time, in percent, that the hypervisor gave to other guests while
+    /// the run wanted it (`steal` in `/proc/stat`): how much of the run's noise came from
+    /// neighbours on a shared machine.
+    pub stolen: f64,
+}
+
+impl Run {
+    /// The line the generated part of `BENCHMARKS.md` starts with.
+    pub fn markdown(&self) -> String {
+        format!(
+            "Measured {} on {} with `{}`. While it ran, the hypervisor gave {:.0}% of the \
+             CPUs' time to other guests (steal, `/proc/stat`).",
+            self.date, self.machine, self.command, self.stolen
+        )
+    }
+}
+
 /// The rows as JSON (written by hand: a flat schema of strings and numbers needs no library).
-pub fn json(rows: &[Row], machine: &str, command: &str, date: &str) -> String {
+pub fn json(rows: &[Row], run: &Run) -> String {
     fn series(s: &Series) -> String {
         let samples: Vec<String> = s.samples.iter().map(|x| format!("{x}")).collect();
         format!(
@@ -220,10 +245,11 @@ pub fn json(rows: &[Row], machine: &str, command: &str, date: &str) -> String {
         })
         .collect();
     format!(
-        "{{\"machine\":{},\"command\":{},\"date\":{},\"rows\":[{}]}}\n",
-        quoted(machine),
-        quoted(command),
-        quoted(date),
+        "{{\"machine\":{},\"command\":{},\"date\":{},\"steal_percent\":{},\"rows\":[{}]}}\n",
+        quoted(&run.machine),
+        quoted(run.command),
+        quoted(&run.date),
+        finite(run.stolen),
         rows.join(",\n")
     )
 }
