@@ -222,9 +222,9 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
     Ok(args.get(at + 1).ok_or(USAGE)?.clone())
 }
 
-/// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES]`: N small calls on one
-/// current-thread host (with `--window`, W at a time on a 2-thread host; with `--body`, echoes
-/// of that size) and nothing else, for a profiler to look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
+/// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES] [--spin MICROS]`: N small
+/// calls on one current-thread host (with `--window`, W at a time on a 2-thread host; with
+/// `--body`, echoes of that size; with `--spin`, in the low-latency mode with that window) and nothing else, for a profiler to look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     // `--unconfined`: a profiler that follows children cannot trace into the sandbox.
@@ -234,12 +234,14 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     // `--body BYTES`: echo bodies of that size, one at a time, on a host whose `max_frame`
     // fits them (the bulk rows' calls).
     let body = number_after(args, "--body")?;
+    // `--spin MICROS`: the host's opt-in low-latency mode with that window.
+    let spin = number_after(args, "--spin")?;
     let mut rest = Vec::new();
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--unconfined" | "--from-task" => {}
-            "--window" | "--body" => {
+            "--window" | "--body" | "--spin" => {
                 given.next();
             }
             _ => rest.push(arg.clone()),
@@ -253,6 +255,9 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
         airlock_host::Confinement::strict()
     };
     let mut builder = airlock_host::Host::builder(&options.worker).confinement(policy);
+    if let Some(micros) = spin {
+        builder = builder.low_latency(std::time::Duration::from_micros(u64::from(micros)));
+    }
     if let Some(len) = body {
         let max_frame = len.saturating_add(4096);
         builder = builder.protocol(airlock_host::HostConfig::default().max_frame(max_frame)?);
