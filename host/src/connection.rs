@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use airlock_protocol::spin::SpinPolicy;
 use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing};
 use airlock_protocol::{
     AbortReason, BeginCallError, BuildIdHasher, CallId, CloseReason, Event, HostSession, Outcome,
@@ -112,9 +113,12 @@ impl Live {
         }
     }
 
-    /// Whether the reader should poll again instead of sleeping.
-    pub(crate) fn spinning(&self) -> bool {
-        self.spin.is_some() && self.since_epoch() < self.spin_until.load(Ordering::Relaxed)
+    /// The end of the latest spin window a call granted (`None`: none yet).
+    fn granted_until(&self) -> Option<Instant> {
+        match self.spin_until.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(self.epoch + Duration::from_nanos(nanos)),
+        }
     }
 
     /// The core, even if a thread panicked while holding it (every update to it is complete
@@ -587,10 +591,11 @@ pub(crate) async fn read_frames(
     budget: Arc<UpdateBudget>,
 ) {
     let mut raised = false;
+    let mut spin = live.spin.map(ReaderSpin::new);
     loop {
         // Low-latency mode: for a window after each call begins, poll for the worker's frames
-        // instead of sleeping until they arrive (`HostBuilder::low_latency`).
-        let spinning = live.spinning();
+        // instead of sleeping until they arrive (`HostBuilder::low_latency`), while it pays.
+        let spinning = spin.as_mut().is_some_and(|spin| spin.spinning(&live));
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -604,6 +609,9 @@ pub(crate) async fn read_frames(
             () = tokio::task::yield_now(), if spinning => continue,
         };
         let last = !matches!(item, Ok(Some(_)));
+        if let Some(spin) = spin.as_mut().filter(|_| !last) {
+            spin.frame_in(&live);
+        }
         let settled = {
             let mut guard = live.lock();
             // Only this reader's own worker: once it is put down (this task is aborted, but an
@@ -637,6 +645,51 @@ pub(crate) async fn read_frames(
         if !deliver_updates(&live, generation, updates, &limits, &budget).await {
             return;
         }
+    }
+}
+
+/// The reader's side of the low-latency mode: the windows callers grant, spun through where
+/// [`SpinPolicy`] finds that spinning pays, as the worker's frames come in.
+struct ReaderSpin {
+    window: Duration,
+    policy: SpinPolicy,
+    /// The latest grant seen.
+    seen: Option<Instant>,
+}
+
+impl ReaderSpin {
+    fn new(window: Duration) -> Self {
+        Self {
+            window,
+            policy: SpinPolicy::default(),
+            seen: None,
+        }
+    }
+
+    /// Adopts a window granted since the last look (it began when its call did), at `now`.
+    fn observe(&mut self, live: &Live, now: Instant) {
+        let granted = live.granted_until();
+        if granted > self.seen {
+            self.seen = granted;
+            if let Some(end) = granted {
+                let at = end.checked_sub(self.window).unwrap_or(end);
+                self.policy.open(at, end, now);
+            }
+        }
+    }
+
+    /// Whether to poll again instead of sleeping.
+    fn spinning(&mut self, live: &Live) -> bool {
+        let now = Instant::now();
+        self.observe(live, now);
+        self.policy.spinning(now)
+    }
+
+    /// A frame came in: the wait for it is measured.
+    fn frame_in(&mut self, live: &Live) {
+        let now = Instant::now();
+        self.observe(live, now);
+        self.policy.arrived(now);
     }
 }
 

@@ -11,10 +11,16 @@
 //! when both processes share one CPU (the spinner would only delay the peer it waits for), so
 //! each side turns it off when it may run on one CPU only.
 //!
+//! Spinning also stops by itself where it does not pay ([`SpinPolicy`]): each side measures how
+//! soon it sees the peer's messages when it spins and when it sleeps, and sleeps (as with the
+//! mode off) when spinning is the slower. On a contended CPU (other work, or other guests of a
+//! shared VM) spinning takes the time the peer needs to answer.
+//!
 //! The host asks for it with `HostBuilder::low_latency`; a worker learns the window from its
 //! environment ([`SPIN_ENV`]), in whole microseconds. A worker that ignores it is still correct.
 
 use core::time::Duration;
+use std::time::Instant;
 
 /// The environment variable that carries the spin window to a worker, in microseconds.
 pub const SPIN_ENV: &str = "AIRLOCK_SPIN_MICROS";
@@ -34,4 +40,277 @@ pub fn effective_window(asked: Option<Duration>) -> Option<Duration> {
 pub fn window_from_env() -> Option<Duration> {
     let micros: u64 = std::env::var(SPIN_ENV).ok()?.trim().parse().ok()?;
     effective_window(Some(Duration::from_micros(micros)))
+}
+
+/// Decides, window by window, whether a side spins, by measuring whether spinning pays.
+///
+/// A window `[at, end)` is opened by [`open`](Self::open) (on the host, by each call it begins;
+/// on a worker, by each frame it receives), or extends the one open. Either begins a wait for
+/// the peer's next message; the first one that [`arrived`](Self::arrived) after it tells how
+/// long that wait was, as this side saw it. The policy keeps a running mean of the waits it
+/// spun through and of those it slept through, and spins through the next unless the spun
+/// mean is more than a quarter above the slept one. One wait in [`EXPLORE`](Self::EXPLORE)
+/// takes the other choice, so both means stay current.
+///
+/// So the rule measures what spinning is for: on a quiet machine a spinning side sees the
+/// answer at once where a sleeping one is woken microseconds later, and it keeps spinning; on
+/// a contended one, where its spinning takes the CPU time the peer needs, the peer's answers
+/// come later when it spins, and it stops. Waits longer than four windows (an idle gap, a slow
+/// handler) say nothing about spinning and are not counted.
+#[derive(Debug, Default)]
+pub struct SpinPolicy {
+    /// The current window's end, while one is open.
+    end: Option<Instant>,
+    /// When the wait being measured began: the window's opening or latest extension. Taken by
+    /// the first message that arrives.
+    waiting_since: Option<Instant>,
+    /// Waits longer than this are not counted: four times the window.
+    cap: Duration,
+    /// Whether the side spins through the current wait.
+    spin: bool,
+    /// What the side did in the current wait, as [`spinning`](Self::spinning) answered it:
+    /// spun, or went to sleep. A wait in which it did neither (its message came while it was
+    /// still busy) says nothing about spinning; one it learned of only when its message came
+    /// (a host's reader asleep when the call began) was slept through, whatever was decided.
+    spun_in_wait: bool,
+    slept_in_wait: bool,
+    /// The side's last answer from [`spinning`](Self::spinning) was to sleep, and no message
+    /// has come since.
+    asleep: bool,
+    /// Mean waits spun and slept through.
+    spun: Mean,
+    slept: Mean,
+    /// Waits begun so far, for the exploring one in [`EXPLORE`](Self::EXPLORE).
+    waits: u32,
+}
+
+impl SpinPolicy {
+    /// One wait in this many takes the choice the means do not favour.
+    pub const EXPLORE: u32 = 128;
+
+    /// Opens the window `[at, end)`, or extends the open one to `end`, at `now`; either way a
+    /// new wait begins at `at`, and whether to spin through it is decided now.
+    pub fn open(&mut self, at: Instant, end: Instant, now: Instant) {
+        self.end = Some(match self.end.filter(|&open| now < open) {
+            Some(open) => open.max(end),
+            None => end,
+        });
+        self.cap = end.saturating_duration_since(at).saturating_mul(4);
+        self.waits = self.waits.wrapping_add(1);
+        let favoured = match (self.spun.get(), self.slept.get()) {
+            // Spinning is kept unless sleeping measures clearly better: the waits also hold
+            // the peer's own time, which is noise to this comparison.
+            (Some(spun), Some(slept)) => spun <= slept + slept / 4,
+            // Spin until spinning has been measured against sleeping.
+            _ => true,
+        };
+        self.spin = if self.waits % Self::EXPLORE == 0 {
+            !favoured
+        } else {
+            favoured
+        };
+        self.waiting_since = Some(at);
+        self.spun_in_wait = false;
+        self.slept_in_wait = self.asleep;
+    }
+
+    /// A message arrived at `now`: the first since the window opened or was extended ends
+    /// the wait being measured.
+    pub fn arrived(&mut self, now: Instant) {
+        self.asleep = false;
+        if let Some(since) = self.waiting_since.take() {
+            let waited = now.saturating_duration_since(since);
+            let mean = match (self.spun_in_wait, self.slept_in_wait) {
+                (true, _) => &mut self.spun,
+                (false, true) => &mut self.slept,
+                (false, false) => return,
+            };
+            if waited <= self.cap {
+                mean.add(waited);
+            }
+        }
+    }
+
+    /// Whether to spin at `now` rather than sleep: a window is open and spun through. The side
+    /// must do as it is told (sleep until its next message when this is false): that is what
+    /// the wait is counted as.
+    pub fn spinning(&mut self, now: Instant) -> bool {
+        let spin = match self.end {
+            Some(end) if now < end => self.spin,
+            Some(_) => {
+                self.end = None;
+                false
+            }
+            None => false,
+        };
+        self.asleep = !spin;
+        if spin {
+            self.spun_in_wait = true;
+        } else {
+            self.slept_in_wait = true;
+        }
+        spin
+    }
+}
+
+/// A running mean of durations, each new one weighing an eighth.
+#[derive(Debug, Default, Clone, Copy)]
+struct Mean(Option<Duration>);
+
+impl Mean {
+    fn get(self) -> Option<Duration> {
+        self.0
+    }
+
+    fn add(&mut self, sample: Duration) {
+        self.0 = Some(match self.0 {
+            None => sample,
+            Some(mean) => mean - mean / 8 + sample / 8,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_micros(50);
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// Runs `n` windows from `t`: each opens, is spun or slept through as the policy says, and
+    /// its message arrives after `wait(spun)`. Returns the windows spun through, and the time.
+    fn windows(
+        policy: &mut SpinPolicy,
+        mut t: Instant,
+        n: u32,
+        wait: impl Fn(bool) -> Duration,
+    ) -> (u32, Instant) {
+        let mut spun = 0;
+        for _ in 0..n {
+            policy.open(t, t + W, t);
+            let spinning = policy.spinning(t);
+            spun += u32::from(spinning);
+            t += wait(spinning);
+            policy.arrived(t);
+            // The side handles the message and the next window opens a little later.
+            t += us(2);
+        }
+        (spun, t)
+    }
+
+    #[test]
+    fn where_spinning_sees_answers_sooner_nearly_every_window_spins() {
+        let mut policy = SpinPolicy::default();
+        // Quiet machine: spinning sees the answer after 8 µs, sleeping after 8 + 20 of wake-up.
+        let wait = |spun| if spun { us(8) } else { us(28) };
+        let (spun, _) = windows(&mut policy, Instant::now(), 3200, wait);
+        assert_eq!(
+            spun,
+            3200 - 3200 / SpinPolicy::EXPLORE,
+            "only the exploring windows sleep"
+        );
+    }
+
+    #[test]
+    fn where_spinning_slows_the_peer_nearly_every_window_sleeps() {
+        let mut policy = SpinPolicy::default();
+        // Contended machine: the spinning side takes the CPU its peer needs.
+        let wait = |spun| if spun { us(40) } else { us(25) };
+        let (spun, _) = windows(&mut policy, Instant::now(), 3200, wait);
+        // The first waits spin until sleeping has been measured (by the first exploring one).
+        let most = SpinPolicy::EXPLORE + 3200 / SpinPolicy::EXPLORE;
+        assert!(spun <= most, "{spun} windows spun, more than {most}");
+    }
+
+    #[test]
+    fn it_follows_the_machine_when_it_changes() {
+        let mut policy = SpinPolicy::default();
+        let contended = |spun| if spun { us(40) } else { us(25) };
+        let quiet = |spun| if spun { us(8) } else { us(28) };
+        let (_, t) = windows(&mut policy, Instant::now(), 2000, contended);
+        // The mean of the choice not favoured is refreshed by one wait in 128 only, so going
+        // back to spinning takes a few of those: some 500 waits.
+        let (spun, t) = windows(&mut policy, t, 2000, quiet);
+        assert!(spun > 1300, "back to spinning once it pays: {spun} of 2000");
+        let (spun, _) = windows(&mut policy, t, 2000, contended);
+        assert!(spun < 300, "and back to sleeping: {spun} of 2000");
+    }
+
+    #[test]
+    fn a_wait_learned_of_only_when_its_message_came_counts_as_slept_through() {
+        let mut policy = SpinPolicy::default();
+        // Both measured first: spinning sees answers after 8 µs, sleeping after 28.
+        let quiet = |spun| if spun { us(8) } else { us(28) };
+        let (_, mut t) = windows(&mut policy, Instant::now(), 1280, quiet);
+        // A host's reader asleep while calls begin learns of each one with its answer, 40 µs
+        // later. Were those counted as spun (what it would have decided), spinning would look
+        // slower than sleeping and be given up.
+        for _ in 0..200 {
+            // Its window over, the reader goes to sleep; a call begins meanwhile.
+            assert!(!policy.spinning(t));
+            let began = t + us(1);
+            t = began + us(40);
+            policy.open(began, began + W, t);
+            policy.arrived(t);
+            t += W;
+        }
+        assert_eq!(
+            policy.spun.get(),
+            Some(us(8)),
+            "the spun waits are untouched"
+        );
+        assert!(policy.slept.get() > Some(us(35)), "{policy:?}");
+        policy.open(t, t + W, t);
+        assert!(
+            policy.spinning(t),
+            "spinning still measures 8 µs, sleeping now 40"
+        );
+    }
+
+    #[test]
+    fn a_message_that_comes_while_the_side_is_busy_is_not_counted() {
+        let mut policy = SpinPolicy::default();
+        let quiet = |spun| if spun { us(8) } else { us(28) };
+        let (_, mut t) = windows(&mut policy, Instant::now(), 1280, quiet);
+        let (spun, slept) = (policy.spun, policy.slept);
+        // A worker that finds the next frame already there when it finishes the last one
+        // neither spun nor slept for it.
+        for _ in 0..100 {
+            policy.open(t, t + W, t);
+            t += us(3);
+            policy.arrived(t);
+        }
+        assert_eq!(
+            (policy.spun.get(), policy.slept.get()),
+            (spun.get(), slept.get())
+        );
+    }
+
+    #[test]
+    fn long_waits_are_not_counted() {
+        let mut policy = SpinPolicy::default();
+        // Idle gaps after every spun window would make spinning look slow if they counted.
+        let wait = |spun| if spun { us(900) } else { us(28) };
+        let (spun, _) = windows(&mut policy, Instant::now(), 320, wait);
+        assert_eq!(
+            spun,
+            320 - 320 / SpinPolicy::EXPLORE,
+            "no spun wait was measured"
+        );
+    }
+
+    #[test]
+    fn a_window_ends_at_its_end_and_extensions_move_it() {
+        let mut policy = SpinPolicy::default();
+        let t = Instant::now();
+        policy.open(t, t + W, t);
+        assert!(policy.spinning(t + us(49)));
+        policy.open(t + us(40), t + us(90), t + us(40));
+        assert!(policy.spinning(t + us(89)), "extended by a later call");
+        assert!(!policy.spinning(t + us(90)));
+        assert!(!policy.spinning(t + us(200)), "and closed");
+    }
 }

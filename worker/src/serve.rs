@@ -14,8 +14,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
+use airlock_protocol::spin::SpinPolicy;
 use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
 use airlock_protocol::{
     BuildIdHasher, CallId, CloseReason, ErrorKind, RemoteError, ReplyError, Transmit,
@@ -46,7 +48,7 @@ pub(crate) struct ServeSpec {
     /// raised to the host's `max_frame` once it is known.
     pub(crate) limits: Option<Limits>,
     /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
-    pub(crate) spin: Option<std::time::Duration>,
+    pub(crate) spin: Option<Duration>,
     /// Whether a blocking handler that does not watch its cancel token may run on the serving
     /// loop's own thread when its slot is free. Only for a process worker with
     /// `max_concurrency` 1: nothing else of the worker's could run beside the handler anyway,
@@ -68,9 +70,8 @@ pub(crate) async fn serve_on<T: Transport>(
     calls.inline_blocking = spec.inline_blocking;
     let chosen = spec.limits;
     let mut limits = chosen.unwrap_or_default();
-    let spin = spec.spin;
-    // Spinning runs from the last input until the window closes.
-    let mut spin_until: Option<std::time::Instant> = None;
+    // Spinning runs from the last input until the window closes, while it pays.
+    let mut spin = spec.spin.map(Spin::new);
     let outcome = loop {
         calls.ran_on_loop = false;
         // Apply what the session decided (which may answer calls inline), then write
@@ -93,7 +94,7 @@ pub(crate) async fn serve_on<T: Transport>(
         // leave in the same write as this turn's.
         match gather(&mut applying, &mut outbox, outgoing.is_busy()) {
             Ok(0) => {}
-            Ok(_) => spin_until = spin.map(|window| std::time::Instant::now() + window),
+            Ok(_) => Spin::frame_in(&mut spin),
             Err(end) => break end,
         }
         outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
@@ -106,11 +107,11 @@ pub(crate) async fn serve_on<T: Transport>(
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
-        let spinning = spin_until.is_some_and(|until| std::time::Instant::now() < until);
+        let spinning = spin.as_mut().is_some_and(Spin::spinning);
         tokio::select! {
             biased;
             incoming = next_frame(&mut receiver) => match feed(&mut session, incoming) {
-                Ok(true) => spin_until = spin.map(|window| std::time::Instant::now() + window),
+                Ok(true) => Spin::frame_in(&mut spin),
                 Ok(false) => {}
                 Err(err) => break Err(err),
             },
@@ -142,6 +143,35 @@ pub(crate) async fn serve_on<T: Transport>(
     let _ = flushed.await;
     calls.abort_all();
     outcome
+}
+
+/// The low-latency mode's state: each frame received opens a window to spin through while
+/// the next one is awaited, where [`SpinPolicy`] finds that spinning pays.
+struct Spin {
+    window: Duration,
+    policy: SpinPolicy,
+}
+
+impl Spin {
+    fn new(window: Duration) -> Self {
+        Self {
+            window,
+            policy: SpinPolicy::default(),
+        }
+    }
+
+    /// Frames came in (if the mode is on).
+    fn frame_in(spin: &mut Option<Self>) {
+        if let Some(spin) = spin {
+            let now = Instant::now();
+            spin.policy.arrived(now);
+            spin.policy.open(now, now + spin.window, now);
+        }
+    }
+
+    fn spinning(&mut self) -> bool {
+        self.policy.spinning(Instant::now())
+    }
 }
 
 /// Most frames [`gather`] applies in one turn: enough that pipelined answers share writes, few
