@@ -49,8 +49,9 @@ pub fn window_from_env() -> Option<Duration> {
 /// the peer's next message; the first one that [`arrived`](Self::arrived) after it tells how
 /// long that wait was, as this side saw it. The policy keeps a running mean of the waits it
 /// spun through and of those it slept through, and spins through the next unless the spun
-/// mean is more than a quarter above the slept one. One wait in [`EXPLORE`](Self::EXPLORE)
-/// takes the other choice, so both means stay current.
+/// mean is more than a quarter above the slept one. Every [`EXPLORE`](Self::EXPLORE) waits
+/// the other choice is taken until one wait has been counted under it, so both means stay
+/// current.
 ///
 /// So the rule measures what spinning is for: on a quiet machine a spinning side sees the
 /// answer at once where a sleeping one is woken microseconds later, and it keeps spinning; on
@@ -69,9 +70,10 @@ pub struct SpinPolicy {
     /// Whether the side spins through the current wait.
     spin: bool,
     /// What the side did in the current wait, as [`spinning`](Self::spinning) answered it:
-    /// spun, or went to sleep. A wait in which it did neither (its message came while it was
-    /// still busy) says nothing about spinning; one it learned of only when its message came
-    /// (a host's reader asleep when the call began) was slept through, whatever was decided.
+    /// spun, or went to sleep. A wait in which it did neither (a worker whose next frame came
+    /// while it was still busy with the last) says nothing about spinning; one it learned of
+    /// only when its message came (a host's reader asleep when the call began) was slept
+    /// through, whatever was decided.
     spun_in_wait: bool,
     slept_in_wait: bool,
     /// The side's last answer from [`spinning`](Self::spinning) was to sleep, and no message
@@ -82,6 +84,10 @@ pub struct SpinPolicy {
     slept: Mean,
     /// Waits begun so far, for the exploring one in [`EXPLORE`](Self::EXPLORE).
     waits: u32,
+    /// The choice being explored (the one the means do not favour), from when it is due until
+    /// a wait is counted under it: a wait the side could not act on (a host's reader asleep
+    /// while the call began, which learns of it with its answer) does not use it up.
+    exploring: Option<bool>,
 }
 
 impl SpinPolicy {
@@ -100,15 +106,18 @@ impl SpinPolicy {
         let favoured = match (self.spun.get(), self.slept.get()) {
             // Spinning is kept unless sleeping measures clearly better: the waits also hold
             // the peer's own time, which is noise to this comparison.
-            (Some(spun), Some(slept)) => spun <= slept + slept / 4,
+            (Some(spun), Some(slept)) => spun <= slept.saturating_add(slept / 4),
             // Spin until spinning has been measured against sleeping.
             _ => true,
         };
-        self.spin = if self.waits % Self::EXPLORE == 0 {
-            !favoured
-        } else {
-            favoured
-        };
+        if self.waits % Self::EXPLORE == 0 && self.exploring.is_none() {
+            self.exploring = Some(!favoured);
+        }
+        if self.exploring == Some(favoured) {
+            // The means came round to it meanwhile.
+            self.exploring = None;
+        }
+        self.spin = self.exploring.unwrap_or(favoured);
         self.waiting_since = Some(at);
         self.spun_in_wait = false;
         self.slept_in_wait = self.asleep;
@@ -120,13 +129,21 @@ impl SpinPolicy {
         self.asleep = false;
         if let Some(since) = self.waiting_since.take() {
             let waited = now.saturating_duration_since(since);
-            let mean = match (self.spun_in_wait, self.slept_in_wait) {
-                (true, _) => &mut self.spun,
-                (false, true) => &mut self.slept,
+            let spun = match (self.spun_in_wait, self.slept_in_wait) {
+                (true, _) => true,
+                (false, true) => false,
                 (false, false) => return,
             };
-            if waited <= self.cap {
-                mean.add(waited);
+            if waited > self.cap {
+                return;
+            }
+            if spun {
+                self.spun.add(waited);
+            } else {
+                self.slept.add(waited);
+            }
+            if self.exploring == Some(spun) {
+                self.exploring = None;
             }
         }
     }
@@ -300,6 +317,57 @@ mod tests {
             320 - 320 / SpinPolicy::EXPLORE,
             "no spun wait was measured"
         );
+    }
+
+    /// A host's reader with one sequential caller, in the order it runs: it learns of a call
+    /// when it looks at its loop top if it is awake (spinning) then, else only with the
+    /// answer. Returns the calls it spun through, and the time.
+    fn host_calls(
+        policy: &mut SpinPolicy,
+        mut t: Instant,
+        n: u32,
+        wait: impl Fn(bool) -> Duration,
+    ) -> (u32, Instant) {
+        let mut spun = 0;
+        let mut awake = policy.spinning(t);
+        for _ in 0..n {
+            // The caller begins its next call 2 µs after its last answer was handled.
+            let began = t + us(2);
+            if awake {
+                awake = policy.spinning(began);
+            }
+            let spinning = if awake {
+                policy.open(began, began + W, began);
+                policy.spinning(began)
+            } else {
+                false
+            };
+            spun += u32::from(spinning);
+            let arrival = began + wait(spinning);
+            if !awake {
+                policy.open(began, began + W, arrival);
+            }
+            policy.arrived(arrival);
+            t = arrival + us(1);
+            awake = policy.spinning(t);
+        }
+        (spun, t)
+    }
+
+    #[test]
+    fn a_host_reader_that_learns_of_calls_late_still_goes_back_to_spinning() {
+        let mut policy = SpinPolicy::default();
+        let quiet = |spun| if spun { us(8) } else { us(28) };
+        let contended = |spun| if spun { us(60) } else { us(30) };
+        let (spun, t) = host_calls(&mut policy, Instant::now(), 2000, quiet);
+        assert!(spun > 1900, "spins on a quiet machine: {spun} of 2000");
+        let (spun, t) = host_calls(&mut policy, t, 2000, contended);
+        assert!(spun < 300, "stops when contended: {spun} of 2000");
+        // Asleep while sleeping is favoured, the reader learns of each call only with its
+        // answer: an exploring wait decided then could not be spun through, and must not
+        // use the exploration up.
+        let (spun, _) = host_calls(&mut policy, t, 4000, quiet);
+        assert!(spun > 3000, "back to spinning once it pays: {spun} of 4000");
     }
 
     #[test]
