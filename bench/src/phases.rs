@@ -218,12 +218,21 @@ fn small_calls(
             row: Row::new(
                 format!("small call, {regime}, pipe, 2-thread host"),
                 Unit::Micros,
-                "Host::call Echo 64 B",
-                &["raw blocking pipe"],
+                "Host::call Echo 64 B from block_on (as #[tokio::main] calls)",
+                &[
+                    "raw blocking pipe",
+                    "the same host, Host::call from tokio::spawn",
+                ],
             ),
             bursts: vec![
                 Box::new(|| Ok(micros_per(n, links::calls(&multi, &multi_host, n)?))),
                 Box::new(|| Ok(micros_per(n, raw_pipe_2.round_trips(n)?))),
+                Box::new(|| {
+                    Ok(micros_per(
+                        n,
+                        links::calls_from_task(&multi, &multi_host, n)?,
+                    ))
+                }),
             ],
         },
         Measured {
