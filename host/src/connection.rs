@@ -62,6 +62,10 @@ pub(crate) struct Live {
     /// the host's CPU busy by pacing frames, only the host's own calls can.
     spin_until: AtomicU64,
     epoch: Instant,
+    /// The reader sleeps, but would spin through the next window a call grants: that grant
+    /// wakes it ([`grant_wake`](Self::grant_wake)), as it can learn of the call only by running.
+    reader_awaits_grant: AtomicBool,
+    grant_wake: Notify,
 }
 
 impl Default for Live {
@@ -97,6 +101,8 @@ impl Live {
             spin,
             spin_until: AtomicU64::new(0),
             epoch: Instant::now(),
+            reader_awaits_grant: AtomicBool::new(false),
+            grant_wake: Notify::new(),
         }
     }
 
@@ -110,6 +116,9 @@ impl Live {
             let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
             let until = self.since_epoch().saturating_add(window);
             self.spin_until.fetch_max(until, Ordering::Relaxed);
+            if self.reader_awaits_grant.swap(false, Ordering::AcqRel) {
+                self.grant_wake.notify_one();
+            }
         }
     }
 
@@ -596,6 +605,14 @@ pub(crate) async fn read_frames(
         // Low-latency mode: for a window after each call begins, poll for the worker's frames
         // instead of sleeping until they arrive (`HostBuilder::low_latency`), while it pays.
         let spinning = spin.as_mut().is_some_and(|spin| spin.spinning(&live));
+        // Asleep but willing to spin: the next call's grant wakes the reader. (A grant made
+        // before the flag is seen stores a permit in the `Notify`, so none is lost; a stale
+        // permit costs one more turn of this loop.)
+        let awaits_grant = !spinning && spin.as_ref().is_some_and(ReaderSpin::would_spin);
+        if spin.is_some() {
+            live.reader_awaits_grant
+                .store(awaits_grant, Ordering::Release);
+        }
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -607,6 +624,7 @@ pub(crate) async fn read_frames(
             }
             item = next_frame(&mut *receiver) => item,
             () = tokio::task::yield_now(), if spinning => continue,
+            () = live.grant_wake.notified(), if awaits_grant => continue,
         };
         let last = !matches!(item, Ok(Some(_)));
         if let Some(spin) = spin.as_mut().filter(|_| !last) {
@@ -683,6 +701,11 @@ impl ReaderSpin {
         let now = Instant::now();
         self.observe(live, now);
         self.policy.spinning(now)
+    }
+
+    /// Whether the reader would spin through a window granted now.
+    fn would_spin(&self) -> bool {
+        self.policy.would_spin()
     }
 
     /// A frame came in: the wait for it is measured.

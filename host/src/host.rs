@@ -141,8 +141,10 @@ impl HostBuilder {
     /// more than a quarter slower ([`SpinPolicy`](airlock_protocol::spin::SpinPolicy)). On a
     /// contended CPU (other busy processes, or other guests of a shared VM) spinning takes the
     /// time the peer needs to answer: with two busy processes beside host and worker on the
-    /// 2-vCPU development VM, small calls took 32 µs with the mode on, 27 µs with it off, and
-    /// 25–65 µs (median 52) with the mode on before this rule. A worker learns the window from
+    /// 2-vCPU development VM, small calls took 34 µs with the mode on, 41–46 µs with it off,
+    /// and 30–83 µs (median 68) with the mode on before this rule (six interleaved rounds). A
+    /// host's reader that sleeps when a call begins is woken by it if it would spin. A worker
+    /// learns the window from
     /// `AIRLOCK_SPIN_MICROS` in its environment (`PROTOCOL.md`); one not built on
     /// `airlock-worker` may ignore it.
     #[must_use]

@@ -50,8 +50,8 @@ pub fn window_from_env() -> Option<Duration> {
 /// long that wait was, as this side saw it. The policy keeps a running mean of the waits it
 /// spun through and of those it slept through, and spins through the next unless the spun
 /// mean is more than a quarter above the slept one. Every [`EXPLORE`](Self::EXPLORE) waits
-/// the other choice is taken until one wait has been counted under it, so both means stay
-/// current.
+/// the other choice is taken until one wait has been spun or slept through under it, so both
+/// means stay current.
 ///
 /// So the rule measures what spinning is for: on a quiet machine a spinning side sees the
 /// answer at once where a sleeping one is woken microseconds later, and it keeps spinning; on
@@ -85,8 +85,9 @@ pub struct SpinPolicy {
     /// Waits begun so far, for the exploring one in [`EXPLORE`](Self::EXPLORE).
     waits: u32,
     /// The choice being explored (the one the means do not favour), from when it is due until
-    /// a wait is counted under it: a wait the side could not act on (a host's reader asleep
-    /// while the call began, which learns of it with its answer) does not use it up.
+    /// a wait has been spun or slept through under it: a wait the side could not act on (a
+    /// host's reader asleep while the call began, which learns of it with its answer) does not
+    /// use it up.
     exploring: Option<bool>,
 }
 
@@ -103,13 +104,7 @@ impl SpinPolicy {
         });
         self.cap = end.saturating_duration_since(at).saturating_mul(4);
         self.waits = self.waits.wrapping_add(1);
-        let favoured = match (self.spun.get(), self.slept.get()) {
-            // Spinning is kept unless sleeping measures clearly better: the waits also hold
-            // the peer's own time, which is noise to this comparison.
-            (Some(spun), Some(slept)) => spun <= slept.saturating_add(slept / 4),
-            // Spin until spinning has been measured against sleeping.
-            _ => true,
-        };
+        let favoured = self.favoured();
         if self.waits % Self::EXPLORE == 0 && self.exploring.is_none() {
             self.exploring = Some(!favoured);
         }
@@ -123,6 +118,25 @@ impl SpinPolicy {
         self.slept_in_wait = self.asleep;
     }
 
+    /// The choice the means favour: spinning is kept unless sleeping measures clearly better
+    /// (the waits also hold the peer's own time, which is noise to this comparison), and
+    /// until spinning has been measured against sleeping.
+    fn favoured(&self) -> bool {
+        match (self.spun.get(), self.slept.get()) {
+            (Some(spun), Some(slept)) => spun <= slept.saturating_add(slept / 4),
+            _ => true,
+        }
+    }
+
+    /// Whether the next wait would be spun through, were it to begin now. A side that sleeps
+    /// while this holds should be woken when its next wait begins, if it can only learn of
+    /// the wait by running (a host's reader, whose windows its callers grant): otherwise one
+    /// wait slept through (an exploring one) can keep it asleep at every wait after, when
+    /// each answer comes too late in its window for the next call to find it still spinning.
+    pub fn would_spin(&self) -> bool {
+        self.exploring.unwrap_or_else(|| self.favoured())
+    }
+
     /// A message arrived at `now`: the first since the window opened or was extended ends
     /// the wait being measured.
     pub fn arrived(&mut self, now: Instant) {
@@ -134,6 +148,11 @@ impl SpinPolicy {
                 (false, true) => false,
                 (false, false) => return,
             };
+            // An exploration ends with its first wait, counted or not: one whose waits all run
+            // over the cap would otherwise never end.
+            if self.exploring == Some(spun) {
+                self.exploring = None;
+            }
             if waited > self.cap {
                 return;
             }
@@ -141,9 +160,6 @@ impl SpinPolicy {
                 self.spun.add(waited);
             } else {
                 self.slept.add(waited);
-            }
-            if self.exploring == Some(spun) {
-                self.exploring = None;
             }
         }
     }
@@ -324,8 +340,21 @@ mod tests {
     /// answer. Returns the calls it spun through, and the time.
     fn host_calls(
         policy: &mut SpinPolicy,
+        t: Instant,
+        n: u32,
+        wait: impl Fn(bool) -> Duration,
+    ) -> (u32, Instant) {
+        host_calls_in(policy, t, n, W, true, wait)
+    }
+
+    /// [`host_calls`] with window `w`, and with the reader woken by a call's grant when it
+    /// sleeps but [`would_spin`](SpinPolicy::would_spin) (`woken`), as `read_frames` is.
+    fn host_calls_in(
+        policy: &mut SpinPolicy,
         mut t: Instant,
         n: u32,
+        w: Duration,
+        woken: bool,
         wait: impl Fn(bool) -> Duration,
     ) -> (u32, Instant) {
         let mut spun = 0;
@@ -336,8 +365,11 @@ mod tests {
             if awake {
                 awake = policy.spinning(began);
             }
+            if !awake && woken && policy.would_spin() {
+                awake = true;
+            }
             let spinning = if awake {
-                policy.open(began, began + W, began);
+                policy.open(began, began + w, began);
                 policy.spinning(began)
             } else {
                 false
@@ -345,7 +377,7 @@ mod tests {
             spun += u32::from(spinning);
             let arrival = began + wait(spinning);
             if !awake {
-                policy.open(began, began + W, arrival);
+                policy.open(began, began + w, arrival);
             }
             policy.arrived(arrival);
             t = arrival + us(1);
@@ -368,6 +400,45 @@ mod tests {
         // use the exploration up.
         let (spun, _) = host_calls(&mut policy, t, 4000, quiet);
         assert!(spun > 3000, "back to spinning once it pays: {spun} of 4000");
+    }
+
+    #[test]
+    fn a_host_reader_asleep_after_a_late_answer_is_woken_by_the_next_call_that_would_spin() {
+        // A 30 µs window: an answer seen asleep (8 µs, woken 20 µs later) leaves too little of
+        // its window for the next call to find the reader still spinning.
+        let w = us(30);
+        let quiet = |spun| if spun { us(8) } else { us(28) };
+        let mut unwoken = SpinPolicy::default();
+        let (spun, _) = host_calls_in(&mut unwoken, Instant::now(), 4000, w, false, quiet);
+        assert!(
+            spun < 200,
+            "unwoken, one exploring sleep keeps it asleep: {spun} of 4000"
+        );
+        let mut woken = SpinPolicy::default();
+        let (spun, _) = host_calls_in(&mut woken, Instant::now(), 4000, w, true, quiet);
+        assert!(spun > 3900, "woken by the grant, it spins: {spun} of 4000");
+    }
+
+    #[test]
+    fn an_exploration_whose_waits_run_over_the_cap_still_ends() {
+        // A 10 µs window: answers come 6 µs after the call, a sleeping side sees them 40 µs
+        // later, over the cap of four windows, so no slept wait is ever counted.
+        let w = us(10);
+        let mut policy = SpinPolicy::default();
+        let mut t = Instant::now();
+        let mut spun = 0;
+        for _ in 0..10_000 {
+            policy.open(t, t + w, t);
+            let spinning = policy.spinning(t);
+            spun += u32::from(spinning);
+            t += if spinning { us(6) } else { us(46) };
+            policy.arrived(t);
+            t += us(2);
+        }
+        assert!(
+            spun > 9800,
+            "one sleep in 128, not sleeping from the first on: {spun}"
+        );
     }
 
     #[test]
