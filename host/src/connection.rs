@@ -115,19 +115,20 @@ impl Live {
         if let Some(window) = self.spin {
             let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
             let until = self.since_epoch().saturating_add(window);
-            self.spin_until.fetch_max(until, Ordering::Relaxed);
-            if self.reader_awaits_grant.swap(false, Ordering::AcqRel) {
+            // SeqCst here and in the reader: each side writes one of `spin_until` and
+            // `reader_awaits_grant` and then reads the other, so either this sees the flag or
+            // the reader sees the grant.
+            self.spin_until.fetch_max(until, Ordering::SeqCst);
+            if self.reader_awaits_grant.swap(false, Ordering::SeqCst) {
                 self.grant_wake.notify_one();
             }
         }
     }
 
-    /// The end of the latest spin window a call granted (`None`: none yet).
-    fn granted_until(&self) -> Option<Instant> {
-        match self.spin_until.load(Ordering::Relaxed) {
-            0 => None,
-            nanos => Some(self.epoch + Duration::from_nanos(nanos)),
-        }
+    /// The end of the latest spin window a call granted, in nanoseconds since `epoch` (0: none
+    /// yet).
+    fn granted_until(&self) -> u64 {
+        self.spin_until.load(Ordering::SeqCst)
     }
 
     /// The core, even if a thread panicked while holding it (every update to it is complete
@@ -605,13 +606,17 @@ pub(crate) async fn read_frames(
         // Low-latency mode: for a window after each call begins, poll for the worker's frames
         // instead of sleeping until they arrive (`HostBuilder::low_latency`), while it pays.
         let spinning = spin.as_mut().is_some_and(|spin| spin.spinning(&live));
-        // Asleep but willing to spin: the next call's grant wakes the reader. (A grant made
-        // before the flag is seen stores a permit in the `Notify`, so none is lost; a stale
-        // permit costs one more turn of this loop.)
+        // Asleep but willing to spin: the next call's grant wakes the reader. A grant made
+        // after the look above but before the flag is stored did not see the flag: look
+        // again. One made after it either stores a permit in the `Notify` or wakes the wait
+        // below; a stale permit costs one more turn of this loop.
         let awaits_grant = !spinning && spin.as_ref().is_some_and(ReaderSpin::would_spin);
-        if spin.is_some() {
+        if let Some(spin) = spin.as_ref() {
             live.reader_awaits_grant
-                .store(awaits_grant, Ordering::Release);
+                .store(awaits_grant, Ordering::SeqCst);
+            if awaits_grant && spin.granted_since(&live) {
+                continue;
+            }
         }
         let item = tokio::select! {
             biased;
@@ -671,8 +676,8 @@ pub(crate) async fn read_frames(
 struct ReaderSpin {
     window: Duration,
     policy: SpinPolicy,
-    /// The latest grant seen.
-    seen: Option<Instant>,
+    /// The latest grant seen, as [`Live::granted_until`] gives it.
+    seen: u64,
 }
 
 impl ReaderSpin {
@@ -680,7 +685,7 @@ impl ReaderSpin {
         Self {
             window,
             policy: SpinPolicy::default(),
-            seen: None,
+            seen: 0,
         }
     }
 
@@ -689,11 +694,15 @@ impl ReaderSpin {
         let granted = live.granted_until();
         if granted > self.seen {
             self.seen = granted;
-            if let Some(end) = granted {
-                let at = end.checked_sub(self.window).unwrap_or(end);
-                self.policy.open(at, end, now);
-            }
+            let end = live.epoch + Duration::from_nanos(granted);
+            let at = end.checked_sub(self.window).unwrap_or(end);
+            self.policy.open(at, end, now);
         }
+    }
+
+    /// Whether a call granted a window since the last look.
+    fn granted_since(&self, live: &Live) -> bool {
+        live.granted_until() > self.seen
     }
 
     /// Whether to poll again instead of sleeping.
@@ -963,5 +972,65 @@ fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
     match future.as_mut().poll(&mut cx) {
         Poll::Ready(output) => Some(output),
         Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_millis(1);
+
+    /// A reader that has looked, found no window and would spin: what it does next in
+    /// `read_frames` is store the flag, then look again.
+    fn reader_about_to_sleep(live: &Live) -> ReaderSpin {
+        let spin = ReaderSpin::new(WINDOW);
+        assert!(!spin.granted_since(live));
+        assert!(spin.would_spin(), "nothing measured yet: it would spin");
+        spin
+    }
+
+    #[test]
+    fn a_grant_made_before_the_reader_flags_that_it_sleeps_is_seen_when_it_looks_again() {
+        let live = Live::new(Some(WINDOW));
+        let spin = reader_about_to_sleep(&live);
+        // The caller's grant lands between the reader's look and its flag: the flag is still
+        // down, so no wake is sent.
+        live.grant_spin();
+        assert!(now_or_never(live.grant_wake.notified()).is_none());
+        live.reader_awaits_grant.store(true, Ordering::SeqCst);
+        assert!(
+            spin.granted_since(&live),
+            "so the reader looks again instead of sleeping"
+        );
+    }
+
+    #[test]
+    fn a_grant_made_after_the_reader_flags_that_it_sleeps_wakes_it() {
+        let live = Live::new(Some(WINDOW));
+        let spin = reader_about_to_sleep(&live);
+        live.reader_awaits_grant.store(true, Ordering::SeqCst);
+        assert!(!spin.granted_since(&live));
+        live.grant_spin();
+        // The wait the reader is about to enter (or is in) completes.
+        assert!(now_or_never(live.grant_wake.notified()).is_some());
+        assert!(
+            !live.reader_awaits_grant.load(Ordering::SeqCst),
+            "one wake per sleep"
+        );
+        live.grant_spin();
+        assert!(
+            now_or_never(live.grant_wake.notified()).is_none(),
+            "no stale permit piles up"
+        );
+    }
+
+    #[test]
+    fn with_the_mode_off_a_call_neither_grants_nor_wakes() {
+        let live = Live::new(None);
+        live.reader_awaits_grant.store(true, Ordering::SeqCst);
+        live.grant_spin();
+        assert_eq!(live.granted_until(), 0);
+        assert!(now_or_never(live.grant_wake.notified()).is_none());
     }
 }
