@@ -57,7 +57,9 @@ pub fn window_from_env() -> Option<Duration> {
 /// answer at once where a sleeping one is woken microseconds later, and it keeps spinning; on
 /// a contended one, where its spinning takes the CPU time the peer needs, the peer's answers
 /// come later when it spins, and it stops. Waits longer than four windows (an idle gap, a slow
-/// handler) say nothing about spinning and are not counted.
+/// handler) say nothing about spinning and are not counted. So where spinning stretches every
+/// answer past four windows, the spun mean is not updated and the side keeps spinning: at most
+/// one window per wait, as before this policy.
 #[derive(Debug, Default)]
 pub struct SpinPolicy {
     /// The current window's end, while one is open.
