@@ -224,7 +224,9 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES] [--spin MICROS]`: N small
 /// calls on one current-thread host (with `--window`, W at a time on a 2-thread host; with
-/// `--body`, echoes of that size; with `--spin`, in the low-latency mode with that window) and nothing else, for a profiler to look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
+/// `--body`, echoes of that size; with `--spin`, in the low-latency mode with that window) and
+/// nothing else, for a profiler to look at (`strace -f -c`, `perf record`,
+/// `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     // `--unconfined`: a profiler that follows children cannot trace into the sandbox.

@@ -605,19 +605,12 @@ pub(crate) async fn read_frames(
     loop {
         // Low-latency mode: for a window after each call begins, poll for the worker's frames
         // instead of sleeping until they arrive (`HostBuilder::low_latency`), while it pays.
-        let spinning = spin.as_mut().is_some_and(|spin| spin.spinning(&live));
-        // Asleep but willing to spin: the next call's grant wakes the reader. A grant made
-        // after the look above but before the flag is stored did not see the flag: look
-        // again. One made after it either stores a permit in the `Notify` or wakes the wait
-        // below; a stale permit costs one more turn of this loop.
-        let awaits_grant = !spinning && spin.as_ref().is_some_and(ReaderSpin::would_spin);
-        if let Some(spin) = spin.as_ref() {
-            live.reader_awaits_grant
-                .store(awaits_grant, Ordering::SeqCst);
-            if awaits_grant && spin.granted_since(&live) {
-                continue;
-            }
-        }
+        let (spinning, awaits_grant) = match spin.as_mut().map(|spin| spin.turn(&live)) {
+            None | Some(Turn::Sleep) => (false, false),
+            Some(Turn::Spin) => (true, false),
+            Some(Turn::SleepUntilGranted) => (false, true),
+            Some(Turn::LookAgain) => continue,
+        };
         let item = tokio::select! {
             biased;
             max = &mut raise, if !raised => {
@@ -671,6 +664,19 @@ pub(crate) async fn read_frames(
     }
 }
 
+/// What the reader does this turn of its loop, in the low-latency mode.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// Poll again instead of sleeping.
+    Spin,
+    /// Sleep until a frame comes.
+    Sleep,
+    /// Sleep until a frame comes or a call grants a window (`Live::grant_wake`).
+    SleepUntilGranted,
+    /// A call granted a window while the reader decided: decide again.
+    LookAgain,
+}
+
 /// The reader's side of the low-latency mode: the windows callers grant, spun through where
 /// [`SpinPolicy`] finds that spinning pays, as the worker's frames come in.
 struct ReaderSpin {
@@ -700,21 +706,28 @@ impl ReaderSpin {
         }
     }
 
-    /// Whether a call granted a window since the last look.
-    fn granted_since(&self, live: &Live) -> bool {
-        live.granted_until() > self.seen
-    }
-
-    /// Whether to poll again instead of sleeping.
-    fn spinning(&mut self, live: &Live) -> bool {
+    /// This turn of the reader's loop: a look at the windows granted, then what follows.
+    fn turn(&mut self, live: &Live) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
-        self.policy.spinning(now)
+        let spinning = self.policy.spinning(now);
+        self.after_look(live, spinning)
     }
 
-    /// Whether the reader would spin through a window granted now.
-    fn would_spin(&self) -> bool {
-        self.policy.would_spin()
+    /// What follows a look that found the reader `spinning` or not. Asleep but willing to
+    /// spin, the reader is woken by the next call's grant. A grant made after the look but
+    /// before the flag is stored did not see the flag: look again. One made after it either
+    /// stores a permit in the `Notify` or wakes the wait; a stale permit costs one more turn.
+    fn after_look(&self, live: &Live, spinning: bool) -> Turn {
+        let awaits_grant = !spinning && self.policy.would_spin();
+        live.reader_awaits_grant
+            .store(awaits_grant, Ordering::SeqCst);
+        match (spinning, awaits_grant) {
+            (true, _) => Turn::Spin,
+            (false, true) if live.granted_until() > self.seen => Turn::LookAgain,
+            (false, true) => Turn::SleepUntilGranted,
+            (false, false) => Turn::Sleep,
+        }
     }
 
     /// A frame came in: the wait for it is measured.
@@ -981,36 +994,30 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_millis(1);
 
-    /// A reader that has looked, found no window and would spin: what it does next in
-    /// `read_frames` is store the flag, then look again.
-    fn reader_about_to_sleep(live: &Live) -> ReaderSpin {
-        let spin = ReaderSpin::new(WINDOW);
-        assert!(!spin.granted_since(live));
-        assert!(spin.would_spin(), "nothing measured yet: it would spin");
-        spin
-    }
-
     #[test]
-    fn a_grant_made_before_the_reader_flags_that_it_sleeps_is_seen_when_it_looks_again() {
+    fn a_grant_made_between_the_readers_look_and_its_flag_sends_it_round_again() {
         let live = Live::new(Some(WINDOW));
-        let spin = reader_about_to_sleep(&live);
-        // The caller's grant lands between the reader's look and its flag: the flag is still
-        // down, so no wake is sent.
+        let mut spin = ReaderSpin::new(WINDOW);
+        // The look: no window yet, so no spinning (nothing measured yet: it would spin).
+        let now = Instant::now();
+        spin.observe(&live, now);
+        assert!(!spin.policy.spinning(now));
+        // A caller's grant lands before the flag is stored: no wake is sent.
         live.grant_spin();
         assert!(now_or_never(live.grant_wake.notified()).is_none());
-        live.reader_awaits_grant.store(true, Ordering::SeqCst);
-        assert!(
-            spin.granted_since(&live),
-            "so the reader looks again instead of sleeping"
+        assert_eq!(spin.after_look(&live, false), Turn::LookAgain);
+        assert_eq!(
+            spin.turn(&live),
+            Turn::Spin,
+            "and the next turn spins through it"
         );
     }
 
     #[test]
     fn a_grant_made_after_the_reader_flags_that_it_sleeps_wakes_it() {
         let live = Live::new(Some(WINDOW));
-        let spin = reader_about_to_sleep(&live);
-        live.reader_awaits_grant.store(true, Ordering::SeqCst);
-        assert!(!spin.granted_since(&live));
+        let mut spin = ReaderSpin::new(WINDOW);
+        assert_eq!(spin.turn(&live), Turn::SleepUntilGranted);
         live.grant_spin();
         // The wait the reader is about to enter (or is in) completes.
         assert!(now_or_never(live.grant_wake.notified()).is_some());

@@ -219,13 +219,24 @@ mod tests {
     /// its message arrives after `wait(spun)`. Returns the windows spun through, and the time.
     fn windows(
         policy: &mut SpinPolicy,
+        t: Instant,
+        n: u32,
+        wait: impl Fn(bool) -> Duration,
+    ) -> (u32, Instant) {
+        windows_of(policy, t, n, W, wait)
+    }
+
+    /// [`windows`] of length `w`.
+    fn windows_of(
+        policy: &mut SpinPolicy,
         mut t: Instant,
         n: u32,
+        w: Duration,
         wait: impl Fn(bool) -> Duration,
     ) -> (u32, Instant) {
         let mut spun = 0;
         for _ in 0..n {
-            policy.open(t, t + W, t);
+            policy.open(t, t + w, t);
             let spinning = policy.spinning(t);
             spun += u32::from(spinning);
             t += wait(spinning);
@@ -425,18 +436,9 @@ mod tests {
     fn an_exploration_whose_waits_run_over_the_cap_still_ends() {
         // A 10 µs window: answers come 6 µs after the call, a sleeping side sees them 40 µs
         // later, over the cap of four windows, so no slept wait is ever counted.
-        let w = us(10);
         let mut policy = SpinPolicy::default();
-        let mut t = Instant::now();
-        let mut spun = 0;
-        for _ in 0..10_000 {
-            policy.open(t, t + w, t);
-            let spinning = policy.spinning(t);
-            spun += u32::from(spinning);
-            t += if spinning { us(6) } else { us(46) };
-            policy.arrived(t);
-            t += us(2);
-        }
+        let wait = |spun| if spun { us(6) } else { us(46) };
+        let (spun, _) = windows_of(&mut policy, Instant::now(), 10_000, us(10), wait);
         assert!(
             spun > 9800,
             "one sleep in 128, not sleeping from the first on: {spun}"
