@@ -210,7 +210,7 @@ airlock_host::method!(
     Busy, "busy", u64 => ()
 );
 
-/// Worker side (serve.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
+/// Worker side (serve/calls.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
 /// lives in the call's async task, which a `Cancel` aborts at once while the blocking handler
 /// keeps running on its thread. The permit is released with the handler still running, so
 /// `max_concurrency(1)` admits a second handler next to it; a host that cancels repeatedly

@@ -34,7 +34,7 @@ pub(crate) enum ErasedHandler {
     /// Polled first on the serving loop, then (if it has to wait) in a task of its own.
     Async(AsyncHandler),
     /// Run on a thread: the serving loop's own when the worker runs one handler at a time,
-    /// else a pool thread (see `serve::Calls::start`).
+    /// else a pool thread (see `serve::calls::Calls::start`).
     Blocking {
         run: BlockingHandler,
         /// Whether the handler watches its [`CancelToken`]: such a handler is never run on the

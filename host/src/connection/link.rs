@@ -1,0 +1,144 @@
+//! The calls on the current worker and their callers: who waits on which call id, and how each
+//! outcome reaches its caller.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use airlock_protocol::{BeginCallError, BuildIdHasher, CallId, HostSession, Outcome};
+
+use super::Returned;
+use crate::ids::CallIdRng;
+use crate::reply::Replier;
+use crate::supervisor::CallRequest;
+use crate::updates::Updates;
+use crate::{CallError, LostReason};
+
+/// What a call's caller waits on.
+struct Responder {
+    method: std::borrow::Cow<'static, str>,
+    key: u64,
+    reply: Replier,
+    /// A streaming call's update channel.
+    updates: Option<Updates>,
+}
+
+/// The calls on the current worker and their callers.
+#[derive(Default)]
+pub(crate) struct Link {
+    responders: HashMap<CallId, Responder, BuildIdHasher>,
+    pub(crate) keys: HashMap<u64, CallId, BuildIdHasher>,
+    /// Calls lost when the session closed, answered once the worker is reaped, so a caller
+    /// that sees `WorkerLost` knows the worker is already dead.
+    pub(crate) lost: Vec<Replier>,
+    /// Calls that timed out in the turn being settled.
+    timed_out: Vec<Replier>,
+}
+
+impl Link {
+    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest) {
+        // A call already past its deadline is not sent: it would only time out on the worker
+        // and take the worker, and every call beside it, down for nothing.
+        if call.deadline <= Instant::now() {
+            return fail(call.reply, CallError::Timeout);
+        }
+        // OS randomness through a pool that `fork` wipes (see `ids`).
+        let mut rng = CallIdRng;
+        // Kept for the log if its response is refused: free for a typed call's `&'static str`.
+        let method = call.method.clone();
+        match session.begin_call(call.method, call.body, call.deadline, &mut rng) {
+            Ok(id) => {
+                self.keys.insert(call.key, id);
+                let responder = Responder {
+                    method,
+                    key: call.key,
+                    reply: call.reply,
+                    updates: call.updates,
+                };
+                self.responders.insert(id, responder);
+            }
+            Err(err) => fail(
+                call.reply,
+                match err {
+                    BeginCallError::Overloaded { max } => CallError::Overloaded { max },
+                    BeginCallError::TooLarge { len, max } => CallError::TooLarge { len, max },
+                    BeginCallError::InvalidMethodName => {
+                        CallError::Remote(airlock_protocol::RemoteError::new(
+                            airlock_protocol::ErrorKind::UnknownMethod,
+                            "invalid method name",
+                        ))
+                    }
+                    _ => CallError::Shutdown,
+                },
+            ),
+        }
+    }
+
+    /// Where an update for call `id` goes: its caller's channel, if it streams.
+    pub(super) fn updates_of(&self, id: &CallId) -> Option<Updates> {
+        self.responders.get(id)?.updates.clone()
+    }
+
+    pub(super) fn answer_timed_out(&mut self) {
+        for reply in self.timed_out.drain(..) {
+            reply.fail(CallError::Timeout);
+        }
+    }
+
+    /// Answers a completed call, except a response, which is handed back to be decoded.
+    pub(super) fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
+        let Responder {
+            method, key, reply, ..
+        } = self.responders.remove(&id)?;
+        self.keys.remove(&key);
+        let answer = match outcome {
+            Outcome::Returned(body) => {
+                return Some(Returned {
+                    body,
+                    method,
+                    reply,
+                })
+            }
+            Outcome::Failed(err) => CallError::Remote(err),
+            // Answered when the turn is settled: at once if the worker lives on (it was sent
+            // `Cancel` and has the cancel grace to finish), after the reap if the session
+            // closed in the same turn (no grace), so a caller that sees `Timeout` then knows
+            // the worker that missed the deadline is dead.
+            Outcome::TimedOut => {
+                self.timed_out.push(reply);
+                return None;
+            }
+            Outcome::Cancelled => CallError::Cancelled,
+            Outcome::Lost(_) => {
+                self.lost.push(reply);
+                return None;
+            }
+            _ => CallError::WorkerLost(LostReason::TransportFailed),
+        };
+        reply.fail(answer);
+        None
+    }
+
+    /// Answers every call still on the worker, once it is reaped.
+    pub(crate) fn fail_all(&mut self, reason: &LostReason) {
+        self.answer_timed_out();
+        let remaining = self.responders.drain().map(|(_, r)| r.reply);
+        for reply in self.lost.drain(..).chain(remaining) {
+            reply.fail(CallError::WorkerLost(reason.clone()));
+        }
+        self.keys.clear();
+    }
+
+    /// Answers every call with `err` (the host itself is gone).
+    pub(crate) fn fail_all_with(&mut self, err: &CallError) {
+        let remaining = self.responders.drain().map(|(_, r)| r.reply);
+        let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
+        for reply in replies.chain(remaining) {
+            reply.fail(err.clone());
+        }
+        self.keys.clear();
+    }
+}
+
+pub(crate) fn fail(reply: Replier, err: CallError) {
+    reply.fail(err);
+}

@@ -1,0 +1,363 @@
+//! The current worker's connection, shared by the parties of a call so that none of them relays
+//! for another:
+//!
+//! ```text
+//!   caller ──(lock: begin the call)──▶ its own non-blocking write ──▶ worker
+//!   worker ──▶ reader task ──(lock: time first, then the frame)──▶ decode ──▶ caller
+//!   supervisor: time, the process, commands, restarts; never reads or writes the channel
+//! ```
+//!
+//! A caller begins its own call under the lock ([`Live::try_begin`]) and, when no write is in
+//! flight, writes its frame itself with one non-blocking system call; only a write the OS
+//! cannot take at once is handed to the writer task, which keeps the send deadline. The reader
+//! task completes callers directly. So a small call crosses one task boundary (reader →
+//! caller) on the host, and the supervisor wakes only for events, earlier deadlines and the
+//! process.
+//!
+//! Two locks, never held across a system call on the channel and always taken in this order:
+//! the core (the session and the call table) and the wire's queue (frames in the order the
+//! session produced them, and who is writing). That is the rule this layout exists to keep: a
+//! worker able to stall a pipe `read(2)` or `write(2)` inside the kernel stalls at most the
+//! task making that call, never the supervisor, which can still see the deadline pass and
+//! kill it.
+//!
+//! Responses are decoded by the reader after it releases the lock and before it reads the
+//! next frame: a worker whose response does not decode is cut off before any later frame of it
+//! is accepted.
+
+//!
+//! One file per party's job: [`link`] (the calls on the worker and their callers), [`reader`]
+//! (the reader task), [`reader_spin`] (its low-latency mode) and [`wire`] (writing). This file
+//! holds what they share under the lock: [`Live`], [`Core`] and what a turn [`Settled`].
+
+mod link;
+mod reader;
+mod reader_spin;
+mod wire;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use airlock_protocol::{Event, HostSession, Transmit};
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+pub(crate) use link::{fail, Link};
+use reader::deliver;
+pub(crate) use reader::read_frames;
+pub(crate) use wire::{drive_writes, Wire};
+
+use crate::reply::Replier;
+use crate::response::ResponseDecoding;
+use crate::supervisor::CallRequest;
+use crate::updates::Updates;
+use crate::{CallError, LostReason};
+
+/// What a host's handles, its reader and writer tasks and its supervisor share. One per host;
+/// it holds a [`Core`] while a worker is connected.
+pub(crate) struct Live {
+    core: Mutex<Option<Core>>,
+    /// Wakes the supervisor: events it must handle, a failed write, or a deadline earlier
+    /// than its timer.
+    pub(crate) wake: Notify,
+    /// The low-latency mode's window (`HostBuilder::low_latency`), if on.
+    spin: Option<Duration>,
+    /// Until when the reader may spin, in nanoseconds since `epoch`. Only a call this host
+    /// begins moves it (by one window): the worker's frames never do, so a worker cannot keep
+    /// the host's CPU busy by pacing frames, only the host's own calls can.
+    spin_until: AtomicU64,
+    epoch: Instant,
+    /// The reader sleeps, but would spin through the next window a call grants: that grant
+    /// wakes it ([`grant_wake`](Self::grant_wake)), as it can learn of the call only by running.
+    reader_awaits_grant: AtomicBool,
+    grant_wake: Notify,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").finish_non_exhaustive()
+    }
+}
+
+/// Who is acting on the core: it decides whether that party may write to the channel itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Party {
+    /// A caller's task (beginning or cancelling its own call).
+    Caller,
+    /// The reader task.
+    Reader,
+    /// The supervisor: it never writes the channel, so a write the kernel stalls can never
+    /// keep it from seeing a deadline pass and killing the worker.
+    Supervisor,
+}
+
+impl Live {
+    /// A host's connection state, spinning for `spin` after each call it begins.
+    pub(crate) fn new(spin: Option<Duration>) -> Self {
+        Self {
+            core: Mutex::new(None),
+            wake: Notify::new(),
+            spin,
+            spin_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            reader_awaits_grant: AtomicBool::new(false),
+            grant_wake: Notify::new(),
+        }
+    }
+
+    fn since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A call was begun: the reader may spin for one window waiting for its answer.
+    fn grant_spin(&self) {
+        if let Some(window) = self.spin {
+            let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+            let until = self.since_epoch().saturating_add(window);
+            // SeqCst here and in the reader: each side writes one of `spin_until` and
+            // `reader_awaits_grant` and then reads the other, so either this sees the flag or
+            // the reader sees the grant.
+            self.spin_until.fetch_max(until, Ordering::SeqCst);
+            if self.reader_awaits_grant.swap(false, Ordering::SeqCst) {
+                self.grant_wake.notify_one();
+            }
+        }
+    }
+
+    /// The end of the latest spin window a call granted, in nanoseconds since `epoch` (0: none
+    /// yet).
+    fn granted_until(&self) -> u64 {
+        self.spin_until.load(Ordering::SeqCst)
+    }
+
+    /// The core, even if a thread panicked while holding it (every update to it is complete
+    /// before anything that can panic runs).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
+        self.core
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
+    /// write is in flight. Gives the call back when no worker is taking calls (during a
+    /// handshake, a restart or a shutdown): the supervisor then queues it.
+    pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
+        let (settled, wake) = {
+            let mut guard = self.lock();
+            let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
+                return Err(call);
+            };
+            let deadline = call.deadline;
+            core.link.begin(&mut core.session, call);
+            let settled = core.settle();
+            // The supervisor's timer is left armed at the last deadline it saw, so a steady
+            // stream of calls with one timeout wakes it once per timeout, not once per call.
+            let earlier = core.timer_at.is_none_or(|at| deadline < at);
+            (settled, earlier)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        self.grant_spin();
+        settled.finish(self, by, None);
+        Ok(())
+    }
+
+    /// Cancels the call with local handle `key` if it is on the worker (a `Cancel` is sent).
+    /// False if it is not: it is still waiting for a worker, or already over.
+    pub(crate) fn cancel(&self, key: u64, by: Party) -> bool {
+        let settled = {
+            let mut guard = self.lock();
+            let Some(core) = guard.as_mut() else {
+                return false;
+            };
+            let Some(id) = core.link.keys.remove(&key) else {
+                return false;
+            };
+            core.session.cancel(id);
+            core.settle()
+        };
+        settled.finish(self, by, None);
+        true
+    }
+
+    /// The supervisor's turn: runs `turn` on the core (if a worker is connected) and applies
+    /// what it changed, leaving any write to the writer task.
+    pub(crate) fn with_core<T>(&self, turn: impl FnOnce(&mut Core) -> T) -> Option<T> {
+        let (value, settled) = {
+            let mut guard = self.lock();
+            let core = guard.as_mut()?;
+            let value = turn(core);
+            (value, core.settle())
+        };
+        settled.finish(self, Party::Supervisor, None);
+        Some(value)
+    }
+}
+
+/// One worker's session and calls.
+pub(crate) struct Core {
+    /// Which worker this is (the supervisor counts its launches): a task left over from an
+    /// earlier worker never touches a later one's session.
+    pub(crate) generation: u64,
+    pub(crate) session: HostSession,
+    pub(crate) link: Link,
+    pub(crate) wire: Arc<Wire>,
+    /// Whether callers may begin calls here: the worker is ready and verified, and the
+    /// session is neither closed nor shutting down.
+    pub(crate) accepting: bool,
+    /// Events for the supervisor (everything but completions), oldest first.
+    pub(crate) events: Vec<Event>,
+    /// Frames the closed session still has to say (a `Refuse`); written by the supervisor.
+    pub(crate) last_words: Vec<Transmit>,
+    /// What the supervisor's timer is armed for.
+    pub(crate) timer_at: Option<Instant>,
+    closed: bool,
+}
+
+/// What [`Core::settle`] found, to act on once the lock is released.
+#[derive(Default)]
+#[must_use]
+pub(crate) struct Settled {
+    /// The supervisor has events to handle.
+    wake: bool,
+    /// Responses to decode, each with its caller: one frame completes at most one call, so a
+    /// reader's turn has at most one (kept without an allocation).
+    returned: Option<Returned>,
+    /// Any further responses (none in a reader's turn; kept for completeness).
+    more: Vec<Returned>,
+    /// Progress updates for streaming calls, to decode and deliver.
+    updates: Vec<(Updates, Bytes)>,
+    /// Frames this party must write: it became the wire's writer.
+    write: Option<(Arc<Wire>, Vec<Transmit>)>,
+}
+
+impl Settled {
+    /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
+    /// off first), writes what this party became the writer of (or hands it to the writer
+    /// task), and wakes the supervisor. `limits` comes with the reader's turns: responses and
+    /// the generation whose session may be cut off. True if the worker lied.
+    pub(crate) fn finish(
+        self,
+        live: &Live,
+        by: Party,
+        limits: Option<(&ResponseDecoding, u64)>,
+    ) -> bool {
+        let Settled {
+            mut wake,
+            returned,
+            more,
+            write,
+            updates: _,
+        } = self;
+        if let Some((wire, batch)) = write {
+            if by != Party::Supervisor && wire.direct {
+                wake |= wire.write_now(batch);
+            } else {
+                wire.hand_off(batch);
+            }
+        }
+        let lied = match limits {
+            Some((limits, generation)) => deliver(live, generation, returned, more, limits),
+            // Only the reader accepts frames, so only its turns return responses.
+            None => {
+                for returned in returned.into_iter().chain(more) {
+                    fail(
+                        returned.reply,
+                        CallError::WorkerLost(LostReason::TransportFailed),
+                    );
+                }
+                false
+            }
+        };
+        if wake {
+            live.wake.notify_one();
+        }
+        lied
+    }
+}
+
+/// A response accepted from the worker, not yet decoded.
+pub(crate) struct Returned {
+    body: Bytes,
+    /// The call's method, for the warning a refused response is logged with.
+    method: std::borrow::Cow<'static, str>,
+    reply: Replier,
+}
+
+impl Core {
+    pub(crate) fn new(generation: u64, session: HostSession, wire: Arc<Wire>) -> Self {
+        Self {
+            generation,
+            session,
+            link: Link::default(),
+            wire,
+            accepting: false,
+            events: Vec::new(),
+            last_words: Vec::new(),
+            timer_at: None,
+            closed: false,
+        }
+    }
+
+    /// Applies what the session decided since the last turn: completions are answered
+    /// (responses are handed back to decode outside the lock), other events are kept for the
+    /// supervisor, and the session's frames join the wire's queue. Call after every change to
+    /// the session, before the lock is released.
+    pub(crate) fn settle(&mut self) -> Settled {
+        let mut settled = Settled::default();
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                Event::Completed { id, outcome } => {
+                    if let Some(returned) = self.link.complete(id, outcome) {
+                        match settled.returned {
+                            None => settled.returned = Some(returned),
+                            Some(_) => settled.more.push(returned),
+                        }
+                    }
+                }
+                Event::Closed(reason) => {
+                    self.accepting = false;
+                    self.closed = true;
+                    self.wire.close();
+                    self.events.push(Event::Closed(reason));
+                    settled.wake = true;
+                }
+                // Delivered to a streaming call's caller (decoded by the reader, outside the
+                // lock); dropped for a call that does not stream. The session has counted them
+                // against the call's quota either way.
+                Event::Progress { id, body } => {
+                    if let Some(updates) = self.link.updates_of(&id) {
+                        settled.updates.push((updates, body));
+                    }
+                }
+                other => {
+                    self.events.push(other);
+                    settled.wake = true;
+                }
+            }
+        }
+        if !self.closed {
+            self.link.answer_timed_out();
+        }
+        let mut batch = self.wire.take_spare();
+        batch.extend(std::iter::from_fn(|| self.session.poll_transmit()));
+        if self.closed {
+            // Only the session's own last frames, written (bounded) by the supervisor as it
+            // puts the worker down.
+            self.last_words.append(&mut batch);
+        } else if batch.is_empty() {
+            self.wire.give_back(batch);
+        } else if let Some(batch) = self.wire.push(batch) {
+            settled.write = Some((Arc::clone(&self.wire), batch));
+        }
+        settled
+    }
+}

@@ -1,0 +1,148 @@
+//! The serving loop: one task owns the [`WorkerSession`], reads frames, runs calls and writes
+//! replies.
+//!
+//! ```text
+//!   events ──▶ transmit ──▶ wait for: a frame │ a call finishing │ the write in flight
+//! ```
+//!
+//! No reader or writer task: the loop reads the transport itself (`recv` is cancel-safe) and
+//! writes through [`Outgoing`], which completes a write on the spot when the pipe has room. A
+//! call whose handler finishes on its first poll (most do) is answered inline, in the same
+//! turn that received it; only a handler that has to wait becomes a task of its own. Blocking
+//! handlers run on a pool thread each, bounded by `max_concurrency`; a process worker that runs
+//! one handler at a time runs them on the loop's own thread (no thread hop at all).
+//!
+//! One file per job: [`apply`] (frames fed to the session, its events applied, answers sent),
+//! [`calls`] (the calls running and their handlers) and [`spin`] (the low-latency mode).
+
+mod apply;
+mod calls;
+mod spin;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use airlock_codec::Limits;
+use airlock_protocol::transport::{next_frame, Outgoing, Transport};
+use airlock_protocol::{WorkerConfig, WorkerSession};
+use tokio::sync::mpsc;
+
+use crate::handler::ErasedHandler;
+use crate::progress::UPDATE_QUEUE;
+use crate::ServeError;
+use apply::{answer, feed, gather, send_update, Applying};
+use calls::Calls;
+use spin::Spin;
+
+/// Everything the loop needs besides the transport.
+pub(crate) struct ServeSpec {
+    pub(crate) config: WorkerConfig,
+    pub(crate) methods: HashMap<String, ErasedHandler>,
+    pub(crate) max_concurrency: usize,
+    /// Budgets for decoding requests; `None`: the default budgets, with bytes and lengths
+    /// raised to the host's `max_frame` once it is known.
+    pub(crate) limits: Option<Limits>,
+    /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
+    pub(crate) spin: Option<Duration>,
+    /// Whether a blocking handler that does not watch its cancel token may run on the serving
+    /// loop's own thread when its slot is free. Only for a process worker with
+    /// `max_concurrency` 1: nothing else of the worker's could run beside the handler anyway,
+    /// and no host runtime shares the thread (an in-process twin's loop runs on the host's).
+    pub(crate) inline_blocking: bool,
+}
+
+/// Serves calls on `transport` until the session ends: `Ok` when the host shut it down or
+/// closed the channel, an error when the channel failed or the host broke the protocol. What
+/// the session still had to say is written before the channel is closed; calls left running
+/// are aborted.
+pub(crate) async fn serve_on<T: Transport>(
+    spec: ServeSpec,
+    transport: T,
+) -> Result<(), ServeError> {
+    let (sender, mut receiver) = transport.split();
+    let mut outgoing = Outgoing::new(Box::new(sender));
+    outgoing.recycle_written_bodies();
+    let mut outbox = outgoing.take_buffer();
+    let mut session = WorkerSession::new(&spec.config);
+    let (updates, mut pending_updates) = mpsc::channel(UPDATE_QUEUE);
+    let mut calls = Calls::new(spec.methods, spec.max_concurrency, updates);
+    calls.inline_blocking = spec.inline_blocking;
+    let chosen = spec.limits;
+    let mut limits = chosen.unwrap_or_default();
+    // Spinning runs from the last input until the window closes, while it pays.
+    let mut spin = spec.spin.map(Spin::new);
+    let outcome = loop {
+        calls.ran_on_loop = false;
+        // Apply what the session decided (which may answer calls inline), then write
+        // everything it produced in one batch, before waiting for more input.
+        let mut applying = Applying {
+            session: &mut session,
+            calls: &mut calls,
+            limits: &mut limits,
+            chosen_limits: chosen.is_some(),
+            receiver: &mut receiver,
+            pending_updates: &mut pending_updates,
+        };
+        // A blocking handler may run on the loop's thread only when nothing waits to be
+        // written: what the session queued so far joins the outbox first.
+        outbox.extend(std::iter::from_fn(|| applying.session.poll_transmit()));
+        if let Some(end) = applying.events(!outgoing.is_busy() && outbox.is_empty()) {
+            break end;
+        }
+        // Pipelined calls: frames that are here already are applied now, so their answers
+        // leave in the same write as this turn's.
+        match gather(&mut applying, &mut outbox, outgoing.is_busy()) {
+            Ok(0) => {}
+            Ok(_) => Spin::frame_in(&mut spin),
+            Err(end) => break end,
+        }
+        outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+        if !outbox.is_empty() && !outgoing.is_busy() {
+            let batch = std::mem::replace(&mut outbox, outgoing.take_buffer());
+            if let Some(Err(err)) = outgoing.start(batch).await {
+                break Err(ServeError::Connection(err));
+            }
+        }
+        if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
+            break Ok(());
+        }
+        let spinning = spin.as_mut().is_some_and(Spin::spinning);
+        tokio::select! {
+            biased;
+            incoming = next_frame(&mut receiver) => match feed(&mut session, incoming) {
+                Ok(true) => Spin::frame_in(&mut spin),
+                Ok(false) => {}
+                Err(err) => break Err(err),
+            },
+            Some((id, reply)) = calls.next_finished() => {
+                answer(&mut session, id, reply, &mut pending_updates);
+            }
+            Some((id, body)) = pending_updates.recv() => send_update(&mut session, id, body),
+            // Low-latency mode: nothing is ready yet; go round again instead of sleeping, so
+            // the runtime polls the channel without a wake-up, until the window closes.
+            () = tokio::task::yield_now(), if spinning => continue,
+            written = outgoing.finish() => if let Err(err) = written {
+                break Err(ServeError::Connection(err));
+            },
+        }
+    };
+    // Flush what is left (the last replies), then close our side.
+    outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
+    let flushed = async {
+        if outgoing.is_busy() {
+            outgoing.finish().await?;
+        }
+        if !outbox.is_empty() {
+            if let Some(written) = outgoing.start(outbox).await {
+                written?;
+            }
+        }
+        outgoing.close().await
+    };
+    let _ = flushed.await;
+    calls.abort_all();
+    outcome
+}
+
+/// How serving ends.
+type Stop = Result<(), ServeError>;
