@@ -222,8 +222,9 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
     Ok(args.get(at + 1).ok_or(USAGE)?.clone())
 }
 
-/// `calls N --worker PATH [--unconfined] [--window W] [--body BYTES] [--spin MICROS]`: N small
-/// calls on one current-thread host (with `--window`, W at a time on a 2-thread host; with
+/// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES]
+/// [--spin MICROS]`: N small calls on one current-thread host (with `--window`, W at a time on a
+/// 2-thread host; with `--threads`, on a host of T runtime threads, 0 for current-thread; with
 /// `--body`, echoes of that size; with `--spin`, in the low-latency mode with that window) and
 /// nothing else, for a profiler to look at (`strace -f -c`, `perf record`,
 /// `valgrind --tool=callgrind --trace-children=yes`).
@@ -238,19 +239,21 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let body = number_after(args, "--body")?;
     // `--spin MICROS`: the host's opt-in low-latency mode with that window.
     let spin = number_after(args, "--spin")?;
+    let threads = number_after(args, "--threads")?;
     let mut rest = Vec::new();
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--unconfined" | "--from-task" => {}
-            "--window" | "--body" | "--spin" => {
+            "--window" | "--body" | "--spin" | "--threads" => {
                 given.next();
             }
             _ => rest.push(arg.clone()),
         }
     }
     let options = options(&rest)?;
-    let rt = links::runtime(if window.is_some() { 2 } else { 0 })?;
+    let default_threads = if window.is_some() { 2 } else { 0 };
+    let rt = links::runtime(threads.map_or(default_threads, |t| t as usize))?;
     let policy = if unconfined {
         airlock_host::Confinement::none()
     } else {
