@@ -18,6 +18,7 @@ use std::time::Instant;
 use airlock_codec::{DecodeError, Value};
 use airlock_protocol::is_valid_method_name;
 
+use crate::host::Due;
 use crate::{CallError, Host, InProcess, Pool};
 
 impl Host {
@@ -39,8 +40,7 @@ impl Host {
     /// # Ok(()) }
     /// ```
     pub async fn call_value(&self, method: &str, request: &Value) -> Result<Value, CallError> {
-        let deadline = Instant::now() + self.call_timeout();
-        self.call_value_with_deadline(method, request, deadline)
+        self.call_value_due(method, request, Due::After(self.call_timeout()))
             .await
     }
 
@@ -52,11 +52,21 @@ impl Host {
         request: &Value,
         deadline: Instant,
     ) -> Result<Value, CallError> {
+        self.call_value_due(method, request, Due::By(deadline))
+            .await
+    }
+
+    async fn call_value_due(
+        &self,
+        method: &str,
+        request: &Value,
+        due: Due,
+    ) -> Result<Value, CallError> {
         if !is_valid_method_name(method) {
             return Err(CallError::InvalidMethodName);
         }
         let method = Cow::Owned(method.to_owned());
-        self.call_named(method, Ok(request.to_vec()), decode_value, deadline)
+        self.call_named(method, Ok(request.to_vec()), decode_value, due)
             .await
     }
 }

@@ -318,9 +318,8 @@ impl Host {
     /// }
     /// ```
     pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
-        // `call_timeout` is at most `MAX_TIMEOUT` (checked at spawn), so this cannot overflow.
-        let deadline = Instant::now() + self.shared.call_timeout;
-        self.call_with_deadline::<M>(request, deadline).await
+        self.call_due::<M>(request, Due::After(self.shared.call_timeout))
+            .await
     }
 
     /// Calls `M`, which must finish by `deadline`. Dropping the returned future cancels the
@@ -330,6 +329,15 @@ impl Host {
         &self,
         request: &M::Request,
         deadline: Instant,
+    ) -> Result<M::Response, CallError> {
+        self.call_due::<M>(request, Due::By(deadline)).await
+    }
+
+    /// Calls `M`, due as `due` says.
+    async fn call_due<M: Method>(
+        &self,
+        request: &M::Request,
+        due: Due,
     ) -> Result<M::Response, CallError> {
         // A method's name is fixed at compile time, so an invalid one is refused there: a
         // `Host::call::<M>` with such an `M` does not build (see `Host::call`).
@@ -341,7 +349,7 @@ impl Host {
         };
         let body = airlock_protocol::reuse::encode_body(request).map_err(CallError::Encode);
         let method = Cow::Borrowed(M::NAME);
-        self.call_named(method, body, decode_response::<M::Response>, deadline)
+        self.call_named(method, body, decode_response::<M::Response>, due)
             .await
     }
 
@@ -353,9 +361,9 @@ impl Host {
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        deadline: Instant,
+        due: Due,
     ) -> Result<T, CallError> {
-        self.begin_call(method, body, decode, deadline, None)
+        self.begin_call(method, body, decode, due, None)
             .finish()
             .await
     }
@@ -367,30 +375,30 @@ impl Host {
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        deadline: Instant,
+        due: Due,
         updates: Option<Updates>,
     ) -> Begun<'_, T> {
-        // A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that:
-        // tokio's timers overflow near the largest `Instant`, and the supervisor must not.
-        let deadline = deadline.min(Instant::now() + airlock_protocol::MAX_TIMEOUT);
+        // The one clock read of a call's beginning: its deadline, its start in the stats, and
+        // the check that it is not already over all use it.
+        let now = Instant::now();
+        let deadline = due.at(now);
         self.shared.counters.started.fetch_add(1, Ordering::Relaxed);
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         // The guard keeps the method's name for the stats: a copy only for a name given at
         // run time; a typed call's name is a `&'static str`.
-        let mut guard = InFlight::new(&self.shared, method.clone(), key);
-        let answer = self.send_call(method, body, decode, deadline, updates, key, &mut guard);
+        let mut guard = InFlight::new(&self.shared, method.clone(), key, now);
+        let begin = Begin { deadline, now, key };
+        let answer = self.send_call(method, body, decode, begin, updates, &mut guard);
         Begun { guard, answer }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn send_call<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        deadline: Instant,
+        Begin { deadline, now, key }: Begin,
         updates: Option<Updates>,
-        key: u64,
         guard: &mut InFlight<'_>,
     ) -> Result<Reply<T>, CallError> {
         let body = body?;
@@ -405,7 +413,7 @@ impl Host {
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
         // worker takes calls (a handshake, a restart) the supervisor queues it.
-        if let Err(call) = self.shared.live.try_begin(call, Party::Caller) {
+        if let Err(call) = self.shared.live.try_begin(call, Party::Caller, now) {
             self.shared
                 .commands
                 .send(Command::Call(call))
@@ -472,6 +480,36 @@ impl Host {
     }
 }
 
+/// When a call is due: after a span from when it begins (a host's or pool's call deadline), or
+/// by a caller's instant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Due {
+    /// At most `MAX_TIMEOUT` (`call_timeout` is checked at spawn), so adding it to `now`
+    /// cannot overflow.
+    After(Duration),
+    By(Instant),
+}
+
+impl Due {
+    /// The deadline of a call that begins at `now`. A deadline beyond `MAX_TIMEOUT` from now
+    /// means "no deadline" and is held to that: tokio's timers overflow near the largest
+    /// `Instant`, and the supervisor must not.
+    pub(crate) fn at(self, now: Instant) -> Instant {
+        let latest = now + airlock_protocol::MAX_TIMEOUT;
+        match self {
+            Self::After(span) => (now + span).min(latest),
+            Self::By(deadline) => deadline.min(latest),
+        }
+    }
+}
+
+/// What a call's beginning fixed: its deadline, the instant it began, and its local number.
+struct Begin {
+    deadline: Instant,
+    now: Instant,
+    key: u64,
+}
+
 /// A call on its way: its answer, and the guard that counts it in flight and cancels it if
 /// this is dropped first.
 pub(crate) struct Begun<'a, T: Send + 'static> {
@@ -514,13 +552,13 @@ struct InFlight<'a> {
 }
 
 impl<'a> InFlight<'a> {
-    fn new(shared: &'a Shared, method: Cow<'static, str>, key: u64) -> Self {
+    fn new(shared: &'a Shared, method: Cow<'static, str>, key: u64, now: Instant) -> Self {
         shared.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         Self {
             shared,
             method,
             key,
-            started: Instant::now(),
+            started: now,
             registered: false,
             finished: false,
         }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use airlock_protocol::Streaming;
 use tokio::sync::mpsc;
 
+use crate::host::Due;
 use crate::host::{decode_response, decode_update, Begun};
 use crate::updates::{Delivered, Updates};
 use crate::{CallError, Host, InProcess, Pool};
@@ -86,8 +87,7 @@ impl Host {
     /// Calls the [`Streaming`] method `M` with the host's call deadline: its updates arrive as
     /// the worker sends them, then its outcome. See [`CallStream`].
     pub fn call_streaming<M: Streaming>(&self, request: &M::Request) -> CallStream<'_, M> {
-        let deadline = Instant::now() + self.call_timeout();
-        self.call_streaming_with_deadline::<M>(request, deadline)
+        self.call_streaming_due::<M>(request, Due::After(self.call_timeout()))
     }
 
     /// Like [`call_streaming`](Self::call_streaming), which must finish by `deadline`.
@@ -95,6 +95,14 @@ impl Host {
         &self,
         request: &M::Request,
         deadline: Instant,
+    ) -> CallStream<'_, M> {
+        self.call_streaming_due::<M>(request, Due::By(deadline))
+    }
+
+    fn call_streaming_due<M: Streaming>(
+        &self,
+        request: &M::Request,
+        due: Due,
     ) -> CallStream<'_, M> {
         const {
             assert!(
@@ -112,7 +120,7 @@ impl Host {
             Cow::Borrowed(M::NAME),
             body,
             decode_response::<M::Response>,
-            deadline,
+            due,
             Some(updates),
         );
         CallStream {

@@ -33,12 +33,19 @@ impl SendProgress {
         batch: &'b [Transmit],
         slices: &mut [std::io::IoSlice<'b>],
     ) -> usize {
-        let pieces = batch.iter().flat_map(|t| [&t.head[..], &t.body[..]]);
         let (mut whole, mut whole_bytes) = self.whole;
+        // Two pieces per frame (head, body): start at the frame holding piece `whole`, so the
+        // pieces written whole are not walked again on every call.
+        let pieces = batch
+            .get(whole / 2..)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|t| [&t.head[..], &t.body[..]])
+            .skip(whole % 2);
         // Bytes written into the pieces from `whole` on: all inside the first that is not whole.
         let mut offset = self.written.saturating_sub(whole_bytes);
         let mut count = 0;
-        for piece in pieces.skip(whole) {
+        for piece in pieces {
             if count == slices.len() {
                 break;
             }

@@ -35,10 +35,11 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest) {
+    /// Begins `call` at `now`, or answers it at once if it cannot be begun.
+    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest, now: Instant) {
         // A call already past its deadline is not sent: it would only time out on the worker
         // and take the worker, and every call beside it, down for nothing.
-        if call.deadline <= Instant::now() {
+        if call.deadline <= now {
             return fail(call.reply, CallError::Timeout);
         }
         // OS randomness through a pool that `fork` wipes (see `ids`).

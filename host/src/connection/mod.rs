@@ -145,17 +145,22 @@ impl Live {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
-    /// write is in flight. Gives the call back when no worker is taking calls (during a
-    /// handshake, a restart or a shutdown): the supervisor then queues it.
-    pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
+    /// Begins `call` on the connected worker at `now` and, from a caller's task, writes its
+    /// frame if no write is in flight. Gives the call back when no worker is taking calls
+    /// (during a handshake, a restart or a shutdown): the supervisor then queues it.
+    pub(crate) fn try_begin(
+        &self,
+        call: CallRequest,
+        by: Party,
+        now: Instant,
+    ) -> Result<(), CallRequest> {
         let (settled, wake) = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
                 return Err(call);
             };
             let deadline = call.deadline;
-            core.link.begin(&mut core.session, call);
+            core.link.begin(&mut core.session, call, now);
             let settled = core.settle();
             // The supervisor's timer is left armed at the last deadline it saw, so a steady
             // stream of calls with one timeout wakes it once per timeout, not once per call.

@@ -1,12 +1,13 @@
 //! The host's side of one worker connection.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
 use rand_core::CryptoRng;
 
+use super::deadlines::{Deadlines, Due};
 use super::{CloseReason, FinishedIds, WorkerInfo};
 use crate::frame::{self, BodyTag, Encoder, Frame, Hello, Refuse, RefuseReason, Welcome};
 use crate::{
@@ -133,9 +134,9 @@ pub struct HostSession {
     decoder: FrameDecoder,
     encoder: Encoder,
     calls: HashMap<CallId, PendingCall, crate::BuildIdHasher>,
-    /// Every pending call's deadline, soonest first; entries leave with their calls, so its
-    /// size is the number of calls in flight.
-    deadlines: BTreeSet<(Instant, CallId)>,
+    /// Every pending call's deadline, soonest first (entries of finished calls are dropped
+    /// lazily; see [`Deadlines`]).
+    deadlines: Deadlines,
     finished: FinishedIds,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -153,8 +154,8 @@ impl HostSession {
             state: State::AwaitingHello { deadline },
             encoder: Encoder::default(),
             calls: HashMap::default(),
-            deadlines: BTreeSet::new(),
-            finished: FinishedIds::default(),
+            deadlines: Deadlines::default(),
+            finished: FinishedIds::unindexed(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             config,
@@ -237,7 +238,9 @@ impl HostSession {
                 progress: 0,
             },
         );
-        self.deadlines.insert((deadline, id));
+        let calls = &self.calls;
+        self.deadlines
+            .push((deadline, id), calls.len(), |due| is_due(calls, due));
         self.transmits.push_back(transmit);
         Ok(id)
     }
@@ -307,7 +310,11 @@ impl HostSession {
         match self.state {
             State::AwaitingHello { deadline } => Some(deadline),
             State::Closed => None,
-            State::Ready | State::Closing => self.deadlines.first().map(|(deadline, _)| *deadline),
+            State::Ready | State::Closing => {
+                let calls = &self.calls;
+                let first = self.deadlines.first(|due| is_due(calls, due));
+                first.map(|(deadline, _)| deadline)
+            }
         }
     }
 
@@ -332,11 +339,16 @@ impl HostSession {
             State::Ready | State::Closing => {
                 let grace = self.config.cancel_grace_limit();
                 let mut still_running = false;
-                while let Some(&(deadline, id)) = self.deadlines.first() {
+                loop {
+                    let calls = &self.calls;
+                    let Some((deadline, id)) = self.deadlines.first(|due| is_due(calls, due))
+                    else {
+                        break;
+                    };
                     if deadline > now {
                         break;
                     }
-                    self.deadlines.remove(&(deadline, id));
+                    self.deadlines.pop_first();
                     let Some(call) = self.calls.get_mut(&id) else {
                         continue;
                     };
@@ -356,7 +368,10 @@ impl HostSession {
                     }
                     call.overdue = true;
                     call.deadline = deadline.checked_add(grace).unwrap_or(deadline);
-                    self.deadlines.insert((call.deadline, id));
+                    let due = (call.deadline, id);
+                    let calls = &self.calls;
+                    self.deadlines
+                        .push(due, calls.len(), |due| is_due(calls, due));
                 }
                 if still_running {
                     self.close(CloseReason::CallTimeout);
@@ -588,9 +603,8 @@ impl HostSession {
             _ => return Ok(()), // excluded above
         };
         let cancelled = call.state == CallState::Cancelled;
-        let deadline = call.deadline;
+        // Its entry in `deadlines` goes stale with it.
         self.calls.remove(&id);
-        self.deadlines.remove(&(deadline, id));
         self.finished.remember(id);
         if !cancelled {
             self.events.push_back(Event::Completed { id, outcome });
@@ -667,4 +681,11 @@ fn check_hello(hello: &Hello<'_>) -> Result<(), Violation> {
         return Err(invalid_hello());
     }
     Ok(())
+}
+
+/// Whether `due` is a pending call's current deadline (not an entry left stale by the call
+/// finishing or its deadline moving).
+fn is_due(calls: &HashMap<CallId, PendingCall, crate::BuildIdHasher>, due: &Due) -> bool {
+    let (at, id) = due;
+    calls.get(id).is_some_and(|call| call.deadline == *at)
 }

@@ -1,5 +1,6 @@
 //! The two session state machines and what they share.
 
+mod deadlines;
 pub(crate) mod host;
 pub(crate) mod worker;
 
@@ -86,8 +87,10 @@ pub const FINISHED_ID_MEMORY: usize = 4096;
 pub(crate) struct FinishedIds {
     /// Oldest first, to forget in order.
     order: VecDeque<CallId>,
-    /// The same ids, for constant-time lookup (the worker asks on every `Call`).
-    ids: HashSet<CallId, crate::BuildIdHasher>,
+    /// The same ids, for constant-time lookup where it is asked often (the worker asks on
+    /// every `Call`); `None` where it is asked only as a session ends (the host, to name a
+    /// violation), so finishing a call costs no hashing there.
+    ids: Option<HashSet<CallId, crate::BuildIdHasher>>,
     capacity: usize,
 }
 
@@ -98,26 +101,43 @@ impl Default for FinishedIds {
 }
 
 impl FinishedIds {
+    /// A memory of at least `capacity` ids (and of [`FINISHED_ID_MEMORY`]), looked up in
+    /// constant time.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
             order: VecDeque::new(),
-            ids: HashSet::default(),
+            ids: Some(HashSet::default()),
             capacity: capacity.max(FINISHED_ID_MEMORY),
+        }
+    }
+
+    /// A memory of [`FINISHED_ID_MEMORY`] ids without an index: remembering is cheap, a lookup
+    /// scans them all.
+    pub(crate) fn unindexed() -> Self {
+        Self {
+            order: VecDeque::new(),
+            ids: None,
+            capacity: FINISHED_ID_MEMORY,
         }
     }
 
     pub(crate) fn remember(&mut self, id: CallId) {
         if self.order.len() >= self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.ids.remove(&oldest);
+            if let (Some(oldest), Some(ids)) = (self.order.pop_front(), self.ids.as_mut()) {
+                ids.remove(&oldest);
             }
         }
-        if self.ids.insert(id) {
+        // An id remembered twice is kept once where there is an index to tell.
+        let new = self.ids.as_mut().is_none_or(|ids| ids.insert(id));
+        if new {
             self.order.push_back(id);
         }
     }
 
     pub(crate) fn contains(&self, id: &CallId) -> bool {
-        self.ids.contains(id)
+        match &self.ids {
+            Some(ids) => ids.contains(id),
+            None => self.order.contains(id),
+        }
     }
 }
