@@ -34,21 +34,22 @@ impl SendProgress {
         slices: &mut [std::io::IoSlice<'b>],
     ) -> usize {
         let (mut whole, mut whole_bytes) = self.whole;
-        // Two pieces per frame (head, body): start at the frame holding piece `whole`, so the
-        // pieces written whole are not walked again on every call.
-        let pieces = batch
-            .get(whole / 2..)
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|t| [&t.head[..], &t.body[..]])
-            .skip(whole % 2);
         // Bytes written into the pieces from `whole` on: all inside the first that is not whole.
         let mut offset = self.written.saturating_sub(whole_bytes);
         let mut count = 0;
-        for piece in pieces {
-            if count == slices.len() {
+        // Piece `index` is frame `index / 2`'s head (even) or body (odd); starting at `whole`,
+        // the pieces written whole are not walked again on every call.
+        let mut index = whole;
+        while count < slices.len() {
+            let Some(frame) = batch.get(index / 2) else {
                 break;
-            }
+            };
+            let piece: &'b [u8] = if index % 2 == 0 {
+                &frame.head
+            } else {
+                &frame.body
+            };
+            index += 1;
             if count == 0 && offset >= piece.len() {
                 // Written whole (or empty) at the front: later calls start behind it.
                 offset -= piece.len();
@@ -275,5 +276,73 @@ impl Outgoing {
             Some(sender) => sender.close().await,
             None => Err(TransportError::Closed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three frames, one without a body, as their bytes on the wire.
+    fn batch() -> (Vec<Transmit>, Vec<u8>) {
+        let frames = vec![
+            Transmit {
+                head: Bytes::from_static(b"abc"),
+                body: Bytes::from_static(b"defgh"),
+            },
+            Transmit {
+                head: Bytes::from_static(b"ij"),
+                body: Bytes::new(),
+            },
+            Transmit {
+                head: Bytes::from_static(b"k"),
+                body: Bytes::from_static(b"lmnop"),
+            },
+        ];
+        let wire = frames
+            .iter()
+            .flat_map(|t| t.head.iter().chain(t.body.iter()).copied())
+            .collect();
+        (frames, wire)
+    }
+
+    /// What `unwritten` hands out with `room` slices, joined.
+    fn handed_out(progress: &mut SendProgress, batch: &[Transmit], room: usize) -> Vec<u8> {
+        let mut slices = vec![std::io::IoSlice::new(&[]); room];
+        let count = progress.unwritten(batch, &mut slices);
+        slices[..count]
+            .iter()
+            .flat_map(|s| s.iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn unwritten_hands_out_exactly_the_bytes_not_yet_written() {
+        let (frames, wire) = batch();
+        // Written in steps of every size, each step seeing what the last left.
+        for step in 1..=wire.len() {
+            let mut progress = SendProgress::default();
+            while progress.written < wire.len() {
+                assert_eq!(
+                    handed_out(&mut progress, &frames, 64),
+                    wire[progress.written..]
+                );
+                progress.written = (progress.written + step).min(wire.len());
+            }
+            assert!(handed_out(&mut progress, &frames, 64).is_empty());
+        }
+    }
+
+    #[test]
+    fn unwritten_fills_at_most_the_slices_it_is_given() {
+        let (frames, wire) = batch();
+        let mut progress = SendProgress {
+            written: 4,
+            ..SendProgress::default()
+        };
+        // "efgh", then "ij": the empty body is left out.
+        assert_eq!(handed_out(&mut progress, &frames, 2), b"efghij");
+        progress.written = wire.len() - 2;
+        assert_eq!(handed_out(&mut progress, &frames, 2), b"op");
     }
 }

@@ -181,14 +181,29 @@ const TAG_PROGRESS: u8 = 5;
 const TAG_RETURN: u8 = 6;
 
 /// Builds frames into a reused buffer, so steady-state encoding allocates nothing per frame.
+///
+/// Heads are cut from chunks of at least [`HEAD_CHUNK`] bytes: while earlier heads are still
+/// queued (calls or answers in flight), later ones share their chunk instead of each taking a
+/// buffer of its own; once they are all written, the chunk is reused from its start.
 #[derive(Debug, Default)]
 pub(crate) struct Encoder {
     buf: BytesMut,
 }
 
+/// The least room the encoder's buffer is grown by: about forty heads of typical calls.
+const HEAD_CHUNK: usize = 4096;
+
 impl Encoder {
+    /// Room for at least `len` more bytes, in a chunk of at least [`HEAD_CHUNK`].
+    fn room(&mut self, len: usize) {
+        if self.buf.capacity() - self.buf.len() < len {
+            self.buf.reserve(len.max(HEAD_CHUNK));
+        }
+    }
+
     /// A frame without a body: length prefix, then the codec encoding of `frame`.
     pub(crate) fn whole(&mut self, frame: &Frame<'_>) -> Transmit {
+        self.room(HEAD_CAPACITY);
         let mut buf = core::mem::take(&mut self.buf);
         buf.put_u32_le(0); // patched below, once the length is known
                            // Encoding a frame we built ourselves cannot fail: every field is plain data, and
@@ -236,6 +251,7 @@ impl Encoder {
         if let Some(prefix) = head.get_mut(..4) {
             prefix.copy_from_slice(&frame_len.to_le_bytes());
         }
+        self.room(at);
         self.buf
             .extend_from_slice(head.get(..at).unwrap_or_default());
         Transmit {
