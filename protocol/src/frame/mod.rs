@@ -8,6 +8,7 @@
 mod call;
 mod cancel;
 mod fail;
+mod fast;
 mod hello;
 mod progress;
 mod refuse;
@@ -106,6 +107,15 @@ const HEADER_MAX_DEPTH: usize = 4;
 /// Decodes one frame payload (without its length prefix), strictly: the codec's rules plus
 /// trailing bytes refused. Field rules (names, tokens, messages) are the sessions' to check.
 pub fn decode_frame(payload: &[u8]) -> Result<Frame<'_>, DecodeFrameError> {
+    // A call's own frames, read directly; the codec decides everything else (see `fast`).
+    match fast::body_frame(payload) {
+        Some(frame) => Ok(frame),
+        None => decode_with_codec(payload),
+    }
+}
+
+/// [`decode_frame`] by the codec alone: every kind, every rule, every error named.
+fn decode_with_codec(payload: &[u8]) -> Result<Frame<'_>, DecodeFrameError> {
     let limits = Limits::default()
         .max_bytes(payload.len())
         .max_len(payload.len())
