@@ -115,6 +115,23 @@ fn io_error(err: std::io::Error) -> TransportError {
 /// Slices gathered on the stack for one vectored write; a larger batch is written in turns.
 const SLICES_PER_WRITE: usize = 64;
 
+/// Frames in a batch whose slices fit the small array (two slices a frame: head and body).
+const SMALL_BATCH: usize = 4;
+
+/// One vectored write of what `progress` has not yet written of `batch`, gathering up to `N`
+/// slices.
+fn write_unwritten<const N: usize, W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    cx: &mut Context<'_>,
+    batch: &[Transmit],
+    progress: &mut SendProgress,
+) -> Poll<std::io::Result<usize>> {
+    let mut slices = [IoSlice::new(&[]); N];
+    let count = progress.unwritten(batch, &mut slices);
+    let slices = slices.get(..count).unwrap_or_default();
+    Pin::new(writer).poll_write_vectored(cx, slices)
+}
+
 #[async_trait]
 impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
     fn poll_send(
@@ -129,10 +146,14 @@ impl<W: AsyncWrite + Unpin + Send> FrameSender for StreamSender<W> {
         let total: usize = batch.iter().map(Transmit::len).sum();
         loop {
             let step = if progress.written < total {
-                let mut slices = [IoSlice::new(&[]); SLICES_PER_WRITE];
-                let count = progress.unwritten(batch, &mut slices);
-                let slices = slices.get(..count).unwrap_or_default();
-                match Pin::new(&mut *writer).poll_write_vectored(cx, slices) {
+                // Most batches are a frame or two: their slices are gathered in a small array,
+                // not one whose every slot is set up for a write that uses two of them.
+                let wrote = if batch.len() <= SMALL_BATCH {
+                    write_unwritten::<{ 2 * SMALL_BATCH }, W>(writer, cx, batch, progress)
+                } else {
+                    write_unwritten::<SLICES_PER_WRITE, W>(writer, cx, batch, progress)
+                };
+                match wrote {
                     Poll::Ready(Ok(0)) => Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
                     Poll::Ready(Ok(n)) => {
                         progress.written += n;

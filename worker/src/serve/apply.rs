@@ -141,9 +141,7 @@ impl<R: FrameReceiver> Applying<'_, R> {
                     }
                 }
                 WorkerEvent::Call { id, method, body } => {
-                    let started =
-                        self.calls
-                            .start(id, method.as_str(), body, self.limits, loop_free);
+                    let started = self.calls.start(id, &method, body, self.limits, loop_free);
                     if let Some(reply) = started {
                         answer(self.session, id, reply, self.pending_updates);
                     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use airlock_codec::Limits;
-use airlock_protocol::{BuildIdHasher, CallId, ErrorKind, RemoteError};
+use airlock_protocol::{BuildIdHasher, CallId, ErrorKind, MethodName, RemoteError};
 use bytes::Bytes;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
@@ -23,7 +23,10 @@ const INLINE_BODY: usize = 64 * 1024;
 /// The calls running in this worker, bounded by a semaphore: answered inline when their
 /// handler is ready at once, else one task (or, for a blocking handler, one pool thread) each.
 pub(super) struct Calls {
-    methods: HashMap<String, ErasedHandler>,
+    /// The handlers by name, found by the name's bytes as the frame carried them (validated
+    /// ASCII), so there is no UTF-8 check per call. The names are the worker's own and the
+    /// host's choice, never a hostile peer's, so a fast multiplicative hash serves.
+    methods: HashMap<Box<[u8]>, ErasedHandler, BuildIdHasher>,
     permits: Arc<Semaphore>,
     tasks: JoinSet<(CallId, Reply)>,
     /// Task id → call id, to answer a call whose task panicked or was aborted.
@@ -50,7 +53,10 @@ impl Calls {
         Self {
             updates,
             progress_quota: 0,
-            methods,
+            methods: methods
+                .into_iter()
+                .map(|(name, handler)| (name.into_bytes().into_boxed_slice(), handler))
+                .collect(),
             permits: Arc::new(Semaphore::new(max_concurrency.max(1))),
             tasks: JoinSet::new(),
             by_task: HashMap::default(),
@@ -68,15 +74,15 @@ impl Calls {
     pub(super) fn start(
         &mut self,
         id: CallId,
-        method: &str,
+        method: &MethodName,
         body: Bytes,
         limits: &Limits,
         loop_free: bool,
     ) -> Option<Reply> {
-        let Some(handler) = self.methods.get(method) else {
+        let Some(handler) = self.methods.get(method.as_bytes()) else {
             return Some(Err(RemoteError::new(
                 ErrorKind::UnknownMethod,
-                &format!("this worker serves no method named {method:?}"),
+                &format!("this worker serves no method named {:?}", method.as_str()),
             )));
         };
         match handler.clone() {
