@@ -62,11 +62,12 @@ impl Host {
         request: &Value,
         due: Due,
     ) -> Result<Value, CallError> {
+        let when = due.starting_now();
         if !is_valid_method_name(method) {
             return Err(CallError::InvalidMethodName);
         }
         let method = Cow::Owned(method.to_owned());
-        self.call_named(method, Ok(request.to_vec()), decode_value, due)
+        self.call_named(method, Ok(request.to_vec()), decode_value, when)
             .await
     }
 }

@@ -78,8 +78,9 @@ impl HostBuilder {
         self
     }
 
-    /// Deadline of a call made with [`Host::call`]. Default
-    /// [`DEFAULT_CALL_TIMEOUT`](crate::DEFAULT_CALL_TIMEOUT).
+    /// Deadline of a call made with [`Host::call`] (and the other calls without a deadline of
+    /// their own), counted from the moment the call is made, before its request is encoded.
+    /// Default [`DEFAULT_CALL_TIMEOUT`](crate::DEFAULT_CALL_TIMEOUT).
     #[must_use]
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.settings.call_timeout = timeout;
@@ -339,6 +340,8 @@ impl Host {
         request: &M::Request,
         due: Due,
     ) -> Result<M::Response, CallError> {
+        // The deadline runs from before the request is encoded.
+        let when = due.starting_now();
         // A method's name is fixed at compile time, so an invalid one is refused there: a
         // `Host::call::<M>` with such an `M` does not build (see `Host::call`).
         const {
@@ -349,7 +352,7 @@ impl Host {
         };
         let body = airlock_protocol::reuse::encode_body(request).map_err(CallError::Encode);
         let method = Cow::Borrowed(M::NAME);
-        self.call_named(method, body, decode_response::<M::Response>, due)
+        self.call_named(method, body, decode_response::<M::Response>, when)
             .await
     }
 
@@ -361,9 +364,9 @@ impl Host {
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        due: Due,
+        when: When,
     ) -> Result<T, CallError> {
-        self.begin_call(method, body, decode, due, None)
+        self.begin_call(method, body, decode, when, None)
             .finish()
             .await
     }
@@ -375,13 +378,9 @@ impl Host {
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        due: Due,
+        When { now, deadline }: When,
         updates: Option<Updates>,
     ) -> Begun<'_, T> {
-        // The one clock read of a call's beginning: its deadline, its start in the stats, and
-        // the check that it is not already over all use it.
-        let now = Instant::now();
-        let deadline = due.at(now);
         self.shared.counters.started.fetch_add(1, Ordering::Relaxed);
         let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
         // The guard keeps the method's name for the stats: a copy only for a name given at
@@ -491,16 +490,26 @@ pub(crate) enum Due {
 }
 
 impl Due {
-    /// The deadline of a call that begins at `now`. A deadline beyond `MAX_TIMEOUT` from now
-    /// means "no deadline" and is held to that: tokio's timers overflow near the largest
-    /// `Instant`, and the supervisor must not.
-    pub(crate) fn at(self, now: Instant) -> Instant {
+    /// The one clock read of a call's beginning, before its request is encoded: its deadline,
+    /// its start in the stats and the check that it is not already over all use it. A deadline
+    /// beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that: tokio's timers
+    /// overflow near the largest `Instant`, and the supervisor must not.
+    pub(crate) fn starting_now(self) -> When {
+        let now = Instant::now();
         let latest = now + airlock_protocol::MAX_TIMEOUT;
-        match self {
+        let deadline = match self {
             Self::After(span) => (now + span).min(latest),
             Self::By(deadline) => deadline.min(latest),
-        }
+        };
+        When { now, deadline }
     }
+}
+
+/// When a call began, and its deadline.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct When {
+    now: Instant,
+    deadline: Instant,
 }
 
 /// What a call's beginning fixed: its deadline, the instant it began, and its local number.

@@ -110,6 +110,7 @@ impl Host {
                 "Method::NAME must be 1-64 bytes of [A-Za-z0-9._-]"
             )
         };
+        let when = due.starting_now();
         let (sender, receiver) = mpsc::unbounded_channel();
         let updates = Updates {
             decode: decode_update::<M::Progress>,
@@ -120,7 +121,7 @@ impl Host {
             Cow::Borrowed(M::NAME),
             body,
             decode_response::<M::Response>,
-            due,
+            when,
             Some(updates),
         );
         CallStream {

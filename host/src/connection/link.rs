@@ -2,7 +2,7 @@
 //! outcome reaches its caller.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use airlock_protocol::{BeginCallError, BuildIdHasher, CallId, HostSession, Outcome};
 
@@ -12,6 +12,9 @@ use crate::reply::Replier;
 use crate::supervisor::CallRequest;
 use crate::updates::Updates;
 use crate::{CallError, LostReason};
+
+/// How near its deadline a call must be for [`Link::begin`] to read the clock again.
+const RECHECK_WITHIN: Duration = Duration::from_millis(1);
 
 /// What a call's caller waits on.
 struct Responder {
@@ -38,7 +41,13 @@ impl Link {
     /// Begins `call` at `now`, or answers it at once if it cannot be begun.
     pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest, now: Instant) {
         // A call already past its deadline is not sent: it would only time out on the worker
-        // and take the worker, and every call beside it, down for nothing.
+        // and take the worker, and every call beside it, down for nothing. A deadline this
+        // close to `now` may have passed while the call waited for the lock: look again.
+        let now = if call.deadline.saturating_duration_since(now) < RECHECK_WITHIN {
+            Instant::now()
+        } else {
+            now
+        };
         if call.deadline <= now {
             return fail(call.reply, CallError::Timeout);
         }
