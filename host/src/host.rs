@@ -386,8 +386,7 @@ impl Host {
         // The guard keeps the method's name for the stats: a copy only for a name given at
         // run time; a typed call's name is a `&'static str`.
         let mut guard = InFlight::new(&self.shared, method.clone(), key, now);
-        let begin = Begin { deadline, now, key };
-        let answer = self.send_call(method, body, decode, begin, updates, &mut guard);
+        let answer = self.send_call(method, body, decode, deadline, key, updates, &mut guard);
         Begun { guard, answer }
     }
 
@@ -396,7 +395,8 @@ impl Host {
         method: Cow<'static, str>,
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
-        Begin { deadline, now, key }: Begin,
+        deadline: Instant,
+        key: u64,
         updates: Option<Updates>,
         guard: &mut InFlight<'_>,
     ) -> Result<Reply<T>, CallError> {
@@ -411,8 +411,14 @@ impl Host {
             updates,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
-        // worker takes calls (a handshake, a restart) the supervisor queues it.
-        if let Err(call) = self.shared.live.try_begin(call, Party::Caller, now) {
+        // worker takes calls (a handshake, a restart) the supervisor queues it. The clock is
+        // read again: a deadline may have passed while the request was encoded, and a call
+        // already over is not sent.
+        if let Err(call) = self
+            .shared
+            .live
+            .try_begin(call, Party::Caller, Instant::now())
+        {
             self.shared
                 .commands
                 .send(Command::Call(call))
@@ -490,8 +496,9 @@ pub(crate) enum Due {
 }
 
 impl Due {
-    /// The one clock read of a call's beginning, before its request is encoded: its deadline,
-    /// its start in the stats and the check that it is not already over all use it. A deadline
+    /// The clock read of a call's beginning, before its request is encoded: its deadline and
+    /// its start in the stats. (Whether it is already over is checked again once the request
+    /// is encoded.) A deadline
     /// beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that: tokio's timers
     /// overflow near the largest `Instant`, and the supervisor must not.
     pub(crate) fn starting_now(self) -> When {
@@ -510,13 +517,6 @@ impl Due {
 pub(crate) struct When {
     now: Instant,
     deadline: Instant,
-}
-
-/// What a call's beginning fixed: its deadline, the instant it began, and its local number.
-struct Begin {
-    deadline: Instant,
-    now: Instant,
-    key: u64,
 }
 
 /// A call on its way: its answer, and the guard that counts it in flight and cancels it if

@@ -92,6 +92,63 @@ async fn an_already_expired_call_does_not_kill_the_worker_under_its_siblings() {
     host.shutdown().await;
 }
 
+/// A request that takes 50 ms to encode, and encodes as the `u64` that `sleep` takes.
+struct SlowToEncode(u64);
+impl Serialize for SlowToEncode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        std::thread::sleep(Duration::from_millis(50));
+        self.0.serialize(s)
+    }
+}
+impl<'de> Deserialize<'de> for SlowToEncode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        u64::deserialize(d).map(SlowToEncode)
+    }
+}
+airlock_host::method!(
+    /// `sleep`, with a request slow to encode.
+    SlowSleep, "sleep", SlowToEncode => u64
+);
+
+/// A call's deadline runs from before its request is encoded, and a deadline that passed while
+/// the request was encoded is seen before the call is sent: the call is `Timeout` and never
+/// reaches the worker. With no cancel grace, a call that did reach it would time out there and
+/// take the worker down with the sibling call beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_deadline_passed_while_its_request_was_encoded_is_not_sent() {
+    let builder = Host::builder("in-process")
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap())
+        .call_timeout(Duration::from_millis(20));
+    let host = InProcess::with_builder(builder, builtin_worker)
+        .await
+        .unwrap();
+    for round in 0..2 {
+        let sibling = {
+            let host = host.clone();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            tokio::spawn(async move { host.call_with_deadline::<Sleep>(&200, deadline).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The host's own 20 ms call deadline, then an explicit one 20 ms away.
+        let late = if round == 0 {
+            host.call::<SlowSleep>(&SlowToEncode(500)).await
+        } else {
+            let deadline = Instant::now() + Duration::from_millis(20);
+            host.call_with_deadline::<SlowSleep>(&SlowToEncode(500), deadline)
+                .await
+        };
+        assert_eq!(late, Err(CallError::Timeout), "round {round}");
+        assert_eq!(
+            sibling.await.unwrap(),
+            Ok(200),
+            "round {round}: a call already over when its request was encoded was sent, and \
+             took the worker down under its sibling"
+        );
+    }
+    assert_eq!(host.stats().restarts, 0);
+    host.shutdown().await;
+}
+
 /// Consequence of the above plus a restart budget that never recovers (`exhausted` is
 /// terminal): six calls whose deadline already passed, each made while a worker is ready,
 /// disable the host for good. Nothing the worker did caused any of it.

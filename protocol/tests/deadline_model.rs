@@ -119,6 +119,33 @@ fn host_session_deadlines_match_a_model_that_scans_every_call() {
         pair.drain();
         let reason = closed.then_some(CloseReason::CallTimeout);
         assert_eq!(pair.close_reason(), reason, "round {round}");
+        if closed {
+            // The step that closed the session: what the model expects, then every call it
+            // still holds that was not cancelled, lost with the session.
+            let outcomes = pair.outcomes();
+            let (before, after) = outcomes.split_at(expected.len().min(outcomes.len()));
+            assert_eq!(
+                before,
+                &expected[..],
+                "round {round}: outcomes through the close"
+            );
+            let mut lost: Vec<CallId> = after
+                .iter()
+                .map(|(id, outcome)| {
+                    let want = Outcome::Lost(CloseReason::CallTimeout);
+                    assert_eq!(outcome, &want, "round {round}: after the close");
+                    *id
+                })
+                .collect();
+            let mut held: Vec<CallId> = model
+                .iter()
+                .filter(|(_, pending)| !pending.cancelled)
+                .map(|(id, _)| *id)
+                .collect();
+            lost.sort();
+            held.sort();
+            assert_eq!(lost, held, "round {round}: the calls lost at the close");
+        }
     }
 }
 
