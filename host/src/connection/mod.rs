@@ -161,7 +161,8 @@ impl Live {
             };
             let deadline = call.deadline;
             core.link.begin(&mut core.session, call, now);
-            let settled = core.settle();
+            let mut settled = core.settle();
+            settled.gather = core.session.in_flight() >= GATHER_AT;
             // The supervisor's timer is left armed at the last deadline it saw, so a steady
             // stream of calls with one timeout wakes it once per timeout, not once per call.
             let earlier = core.timer_at.is_none_or(|at| deadline < at);
@@ -207,6 +208,11 @@ impl Live {
     }
 }
 
+/// Calls in flight (this one included) from which a caller leaves its write to the writer
+/// task, so that the frames of the callers about to run join one write: with fewer, a call's
+/// own write is sooner than what sharing one saves.
+const GATHER_AT: usize = 4;
+
 /// One worker's session and calls.
 pub(crate) struct Core {
     /// Which worker this is (the supervisor counts its launches): a task left over from an
@@ -242,6 +248,9 @@ pub(crate) struct Settled {
     updates: Vec<(Updates, Bytes)>,
     /// Frames this party must write: it became the wire's writer.
     write: Option<(Arc<Wire>, Vec<Transmit>)>,
+    /// Other calls are in flight: their callers may queue frames in a moment, so the write is
+    /// left to the writer task, which lets them first.
+    gather: bool,
 }
 
 impl Settled {
@@ -261,12 +270,13 @@ impl Settled {
             more,
             write,
             updates: _,
+            gather,
         } = self;
         if let Some((wire, batch)) = write {
-            if by != Party::Supervisor && wire.direct {
+            if by != Party::Supervisor && wire.direct && !gather {
                 wake |= wire.write_now(batch);
             } else {
-                wire.hand_off(batch);
+                wire.hand_off(batch, gather);
             }
         }
         let lied = match limits {

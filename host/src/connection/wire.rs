@@ -46,6 +46,9 @@ struct Queue {
     closed: bool,
     /// An emptied batch buffer, reused.
     spare: Vec<Transmit>,
+    /// The writer should let other tasks run once before it writes: their frames join the
+    /// same write.
+    gather: bool,
 }
 
 impl Wire {
@@ -158,8 +161,9 @@ impl Wire {
 
     /// This party became the writer but must not write itself: the writer task writes the
     /// batch (ahead of anything queued since, which came after it).
-    pub(super) fn hand_off(&self, mut batch: Vec<Transmit>) {
+    pub(super) fn hand_off(&self, mut batch: Vec<Transmit>, gather: bool) {
         let mut queue = self.queue();
+        queue.gather |= gather;
         if queue.frames.is_empty() {
             // The batch becomes the queue, and the queue's empty buffer the next spare.
             std::mem::swap(&mut queue.frames, &mut batch);
@@ -205,6 +209,9 @@ impl Wire {
 pub(crate) async fn drive_writes(wire: Arc<Wire>, live: Arc<Live>) {
     loop {
         wire.resume.notified().await;
+        if std::mem::take(&mut wire.queue().gather) {
+            tokio::task::yield_now().await;
+        }
         let Some(outgoing) = wire.sender().take() else {
             continue;
         };
@@ -259,5 +266,104 @@ pub(super) fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
     match future.as_mut().poll(&mut cx) {
         Poll::Ready(output) => Some(output),
         Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_protocol::transport::{FrameSender, SendProgress};
+    use bytes::Bytes;
+
+    /// A sender that takes every batch at once and records the heads of each write.
+    struct Recorder(Arc<Mutex<Vec<Vec<Bytes>>>>);
+
+    #[async_trait::async_trait]
+    impl FrameSender for Recorder {
+        fn poll_send(
+            &mut self,
+            _: &mut Context<'_>,
+            batch: &[Transmit],
+            _: &mut SendProgress,
+        ) -> Poll<Result<(), TransportError>> {
+            let heads = batch.iter().map(|t| t.head.clone()).collect();
+            self.0.lock().unwrap().push(heads);
+            Poll::Ready(Ok(()))
+        }
+
+        async fn close(&mut self) -> Result<(), TransportError> {
+            Ok(())
+        }
+    }
+
+    fn frame(name: &'static [u8]) -> Vec<Transmit> {
+        vec![Transmit {
+            head: Bytes::from_static(name),
+            body: Bytes::new(),
+        }]
+    }
+
+    /// Runs the writer task on a current-thread runtime with two callers ready beside it, each
+    /// queueing one frame; returns the writes made.
+    fn writes_after(gather: bool) -> Vec<Vec<Bytes>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let writes = Arc::new(Mutex::new(Vec::new()));
+            let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
+            let wire = Arc::new(Wire::new(outgoing, true));
+            let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::new(Live::new(None))));
+            // The first caller became the writer and leaves its write to the writer task; two
+            // more callers, ready to run, queue theirs (and write them themselves if they find
+            // nobody writing).
+            let first = wire.push(frame(b"a")).expect("nobody was writing");
+            wire.hand_off(first, gather);
+            let later: Vec<_> = [b"b", b"c"]
+                .into_iter()
+                .map(|name| {
+                    let wire = Arc::clone(&wire);
+                    tokio::spawn(async move {
+                        if let Some(batch) = wire.push(frame(name)) {
+                            assert!(!wire.write_now(batch), "the write failed");
+                        }
+                    })
+                })
+                .collect();
+            for caller in later {
+                caller.await.unwrap();
+            }
+            // Let the writer finish whatever it started.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            writer.abort();
+            let writes = writes.lock().unwrap().clone();
+            writes
+        })
+    }
+
+    #[test]
+    fn frames_queued_while_a_gathering_writer_yields_join_its_write() {
+        let heads = |writes: Vec<Vec<Bytes>>| -> Vec<Vec<&'static [u8]>> {
+            let name = |head: &Bytes| -> &'static [u8] {
+                match &head[..] {
+                    b"a" => b"a",
+                    b"b" => b"b",
+                    _ => b"c",
+                }
+            };
+            writes
+                .iter()
+                .map(|w| w.iter().map(name).collect())
+                .collect()
+        };
+        let a: &[u8] = b"a";
+        let (b, c): (&[u8], &[u8]) = (b"b", b"c");
+        // Without gathering the writer writes the first frame before the others are queued,
+        // and each of them then writes its own.
+        assert_eq!(heads(writes_after(false)), vec![vec![a], vec![b], vec![c]]);
+        // Gathering, it lets the ready callers run first: one write for all three, in order.
+        assert_eq!(heads(writes_after(true)), vec![vec![a, b, c]]);
     }
 }
