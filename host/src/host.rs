@@ -386,7 +386,7 @@ impl Host {
         // The guard keeps the method's name for the stats: a copy only for a name given at
         // run time; a typed call's name is a `&'static str`.
         let mut guard = InFlight::new(&self.shared, method.clone(), key, now);
-        let answer = self.send_call(method, body, decode, deadline, key, updates, &mut guard);
+        let answer = self.send_call(method, body, decode, deadline, updates, &mut guard);
         Begun { guard, answer }
     }
 
@@ -396,14 +396,13 @@ impl Host {
         body: Result<Vec<u8>, CallError>,
         decode: DecodeInto<T>,
         deadline: Instant,
-        key: u64,
         updates: Option<Updates>,
         guard: &mut InFlight<'_>,
     ) -> Result<Reply<T>, CallError> {
         let body = body?;
         let (answer, reply) = self.shared.cells.pair(decode);
         let call = CallRequest {
-            key,
+            key: guard.key,
             method,
             body: body.into(),
             deadline,
