@@ -9,7 +9,10 @@
 //!
 //! A caller begins its own call under the lock ([`Live::try_begin`]) and, when no write is in
 //! flight, writes its frame itself with one non-blocking system call; only a write the OS
-//! cannot take at once is handed to the writer task, which keeps the send deadline. The reader
+//! cannot take at once is handed to the writer task, which keeps the send deadline. With
+//! [`GATHER_AT`] or more calls in flight the caller hands its frame to the writer task at
+//! once, and the writer lets the callers about to run queue theirs before it writes, so
+//! pipelined calls share writes. The reader
 //! task completes callers directly. So a small call crosses one task boundary (reader →
 //! caller) on the host, and the supervisor wakes only for events, earlier deadlines and the
 //! process.
