@@ -60,8 +60,8 @@
 //! - On a multi-thread runtime, call from a spawned task, not from `block_on`'s own future
 //!   (which is what `#[tokio::main]` runs): that future does not run on one of the runtime's
 //!   threads, so every answer crosses to the thread blocked in it. On the development VM a
-//!   small call took 1.25–1.30× as long from `block_on` as from a spawned task with both
-//!   processes on one CPU, and 2.0–2.1× across two (`BENCHMARKS.md`, runs 17, 18 and 23).
+//!   small call took 1.25–1.39× as long from `block_on` as from a spawned task with both
+//!   processes on one CPU, and 2.0–2.1× across two (`BENCHMARKS.md`, runs 17, 18, 23, 24).
 //! - A worker that runs one handler at a time (`max_concurrency(1)`) runs a blocking handler
 //!   on its serving thread, without a hop to a pool thread (0.44× the time).
 //! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs.
