@@ -379,3 +379,103 @@ impl Core {
         settled
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Poll};
+
+    use airlock_protocol::transport::{FrameSender, Outgoing, SendProgress};
+    use airlock_protocol::{HostConfig, TransportError, WorkerConfig, WorkerSession};
+
+    use super::*;
+    use crate::host::decode_response;
+    use crate::reply::Cells;
+
+    /// A sender that takes every batch at once and records how many frames each write held.
+    struct Recorder(Arc<Mutex<Vec<usize>>>);
+
+    #[async_trait::async_trait]
+    impl FrameSender for Recorder {
+        fn poll_send(
+            &mut self,
+            _: &mut Context<'_>,
+            batch: &[Transmit],
+            _: &mut SendProgress,
+        ) -> Poll<Result<(), TransportError>> {
+            self.0.lock().unwrap().push(batch.len());
+            Poll::Ready(Ok(()))
+        }
+
+        async fn close(&mut self) -> Result<(), TransportError> {
+            Ok(())
+        }
+    }
+
+    /// A host session past its handshake with a worker serving `echo`.
+    fn ready_session() -> HostSession {
+        let mut host = HostSession::new(HostConfig::default(), Instant::now());
+        let mut config = WorkerConfig::new("test-worker", "1.0.0");
+        config.methods = vec!["echo".into()];
+        let mut worker = WorkerSession::new(&config);
+        loop {
+            let mut moved = false;
+            while let Some(t) = worker.poll_transmit() {
+                host.handle_bytes(&t.to_vec());
+                moved = true;
+            }
+            while let Some(t) = host.poll_transmit() {
+                worker.handle_bytes(&t.to_vec());
+                moved = true;
+            }
+            if !moved {
+                break;
+            }
+        }
+        assert!(host.is_ready());
+        while host.poll_event().is_some() {}
+        host
+    }
+
+    #[test]
+    fn callers_leave_their_writes_to_the_writer_from_gather_at_calls_in_flight() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let writes = Arc::new(Mutex::new(Vec::new()));
+            let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
+            let wire = Arc::new(Wire::new(outgoing, true));
+            let live = Arc::new(Live::new(None));
+            let mut core = Core::new(1, ready_session(), Arc::clone(&wire));
+            core.accepting = true;
+            *live.lock() = Some(core);
+            let writer = tokio::spawn(drive_writes(wire, Arc::clone(&live)));
+            let cells = Arc::new(Cells::default());
+            let mut answers = Vec::new();
+            let calls = GATHER_AT + 2;
+            for key in 0..calls as u64 {
+                let (answer, reply) = cells.pair(decode_response::<u64>);
+                let call = CallRequest {
+                    key,
+                    method: "echo".into(),
+                    body: bytes::Bytes::from_static(&[0]),
+                    deadline: Instant::now() + Duration::from_secs(60),
+                    reply,
+                    updates: None,
+                };
+                assert!(live.try_begin(call, Party::Caller, Instant::now()).is_ok());
+                answers.push(answer);
+            }
+            // With fewer calls in flight each caller wrote its own frame at once; from
+            // `GATHER_AT` on they left theirs to the writer task, which has not run yet.
+            let direct = vec![1; GATHER_AT - 1];
+            assert_eq!(*writes.lock().unwrap(), direct);
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            let gathered = calls - (GATHER_AT - 1);
+            assert_eq!(*writes.lock().unwrap(), [direct, vec![gathered]].concat());
+            writer.abort();
+        });
+    }
+}
