@@ -497,9 +497,8 @@ pub(crate) enum Due {
 impl Due {
     /// The clock read of a call's beginning, before its request is encoded: its deadline and
     /// its start in the stats. (Whether it is already over is checked again once the request
-    /// is encoded.) A deadline
-    /// beyond `MAX_TIMEOUT` from now means "no deadline" and is held to that: tokio's timers
-    /// overflow near the largest `Instant`, and the supervisor must not.
+    /// is encoded.) A deadline beyond `MAX_TIMEOUT` from now means "no deadline" and is held to
+    /// that: tokio's timers overflow near the largest `Instant`, and the supervisor must not.
     pub(crate) fn starting_now(self) -> When {
         let now = Instant::now();
         let latest = now + airlock_protocol::MAX_TIMEOUT;
