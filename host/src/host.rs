@@ -410,14 +410,8 @@ impl Host {
             updates,
         };
         // Begun here, on the connected worker, with no hop through the supervisor; while no
-        // worker takes calls (a handshake, a restart) the supervisor queues it. The clock is
-        // read again: a deadline may have passed while the request was encoded, and a call
-        // already over is not sent.
-        if let Err(call) = self
-            .shared
-            .live
-            .try_begin(call, Party::Caller, Instant::now())
-        {
+        // worker takes calls (a handshake, a restart) the supervisor queues it.
+        if let Err(call) = self.shared.live.try_begin(call, Party::Caller) {
             self.shared
                 .commands
                 .send(Command::Call(call))

@@ -474,7 +474,7 @@ impl Supervisor {
                 () = live.wake.notified() => {}
                 command = self.commands.recv(), if !handles_gone => match command {
                     Some(Command::Call(call)) => {
-                        if let Err(call) = live.try_begin(call, Party::Supervisor, Instant::now()) {
+                        if let Err(call) = live.try_begin(call, Party::Supervisor) {
                             self.queue(call);
                         }
                     }
@@ -619,9 +619,8 @@ impl Supervisor {
         live.with_core(move |core| {
             if core.session.is_ready() {
                 core.accepting = true;
-                let now = Instant::now();
                 for call in waiting {
-                    core.link.begin(&mut core.session, call, now);
+                    core.link.begin(&mut core.session, call);
                 }
             } else {
                 // The worker was lost at its Hello (its next frame broke a rule in the same

@@ -2,7 +2,7 @@
 //! outcome reaches its caller.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use airlock_protocol::{BeginCallError, BuildIdHasher, CallId, HostSession, Outcome};
 
@@ -12,9 +12,6 @@ use crate::reply::Replier;
 use crate::supervisor::CallRequest;
 use crate::updates::Updates;
 use crate::{CallError, LostReason};
-
-/// How near its deadline a call must be for [`Link::begin`] to read the clock again.
-const RECHECK_WITHIN: Duration = Duration::from_millis(1);
 
 /// What a call's caller waits on.
 struct Responder {
@@ -38,17 +35,13 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Begins `call` at `now`, or answers it at once if it cannot be begun.
-    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest, now: Instant) {
+    /// Begins `call`, or answers it at once if it cannot be begun.
+    pub(crate) fn begin(&mut self, session: &mut HostSession, call: CallRequest) {
         // A call already past its deadline is not sent: it would only time out on the worker
-        // and take the worker, and every call beside it, down for nothing. A deadline this
-        // close to `now` may have passed while the call waited for the lock: look again.
-        let now = if call.deadline.saturating_duration_since(now) < RECHECK_WITHIN {
-            Instant::now()
-        } else {
-            now
-        };
-        if call.deadline <= now {
+        // and take the worker, and every call beside it, down for nothing. The clock is read
+        // here, under the lock, so a deadline that passed while the request was encoded or
+        // while the call waited for the lock is seen.
+        if call.deadline <= Instant::now() {
             return fail(call.reply, CallError::Timeout);
         }
         // OS randomness through a pool that `fork` wipes (see `ids`).

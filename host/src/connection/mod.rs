@@ -36,6 +36,8 @@
 mod link;
 mod reader;
 mod reader_spin;
+#[cfg(test)]
+mod recording;
 mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -148,22 +150,17 @@ impl Live {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Begins `call` on the connected worker at `now` and, from a caller's task, writes its
-    /// frame if no write is in flight. Gives the call back when no worker is taking calls
-    /// (during a handshake, a restart or a shutdown): the supervisor then queues it.
-    pub(crate) fn try_begin(
-        &self,
-        call: CallRequest,
-        by: Party,
-        now: Instant,
-    ) -> Result<(), CallRequest> {
+    /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
+    /// write is in flight. Gives the call back when no worker is taking calls (during a
+    /// handshake, a restart or a shutdown): the supervisor then queues it.
+    pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
         let (settled, wake) = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
                 return Err(call);
             };
             let deadline = call.deadline;
-            core.link.begin(&mut core.session, call, now);
+            core.link.begin(&mut core.session, call);
             let mut settled = core.settle();
             settled.gather = core.session.in_flight() >= GATHER_AT;
             // The supervisor's timer is left armed at the last deadline it saw, so a steady
@@ -382,34 +379,12 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
-    use std::task::{Context, Poll};
+    use airlock_protocol::{HostConfig, WorkerConfig, WorkerSession};
 
-    use airlock_protocol::transport::{FrameSender, Outgoing, SendProgress};
-    use airlock_protocol::{HostConfig, TransportError, WorkerConfig, WorkerSession};
-
+    use super::recording::recording;
     use super::*;
     use crate::host::decode_response;
     use crate::reply::Cells;
-
-    /// A sender that takes every batch at once and records how many frames each write held.
-    struct Recorder(Arc<Mutex<Vec<usize>>>);
-
-    #[async_trait::async_trait]
-    impl FrameSender for Recorder {
-        fn poll_send(
-            &mut self,
-            _: &mut Context<'_>,
-            batch: &[Transmit],
-            _: &mut SendProgress,
-        ) -> Poll<Result<(), TransportError>> {
-            self.0.lock().unwrap().push(batch.len());
-            Poll::Ready(Ok(()))
-        }
-
-        async fn close(&mut self) -> Result<(), TransportError> {
-            Ok(())
-        }
-    }
 
     /// A host session past its handshake with a worker serving `echo`.
     fn ready_session() -> HostSession {
@@ -442,8 +417,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let writes = Arc::new(Mutex::new(Vec::new()));
-            let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
+            let (outgoing, writes) = recording();
             let wire = Arc::new(Wire::new(outgoing, true));
             let live = Arc::new(Live::new(None));
             let mut core = Core::new(1, ready_session(), Arc::clone(&wire));
@@ -463,18 +437,20 @@ mod tests {
                     reply,
                     updates: None,
                 };
-                assert!(live.try_begin(call, Party::Caller, Instant::now()).is_ok());
+                assert!(live.try_begin(call, Party::Caller).is_ok());
                 answers.push(answer);
             }
             // With fewer calls in flight each caller wrote its own frame at once; from
             // `GATHER_AT` on they left theirs to the writer task, which has not run yet.
             let direct = vec![1; GATHER_AT - 1];
-            assert_eq!(*writes.lock().unwrap(), direct);
+            let frames_per_write =
+                || -> Vec<usize> { writes.lock().unwrap().iter().map(Vec::len).collect() };
+            assert_eq!(frames_per_write(), direct);
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
             let gathered = calls - (GATHER_AT - 1);
-            assert_eq!(*writes.lock().unwrap(), [direct, vec![gathered]].concat());
+            assert_eq!(frames_per_write(), [direct, vec![gathered]].concat());
             writer.abort();
         });
     }

@@ -272,29 +272,8 @@ pub(super) fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_protocol::transport::{FrameSender, SendProgress};
+    use crate::connection::recording::recording;
     use bytes::Bytes;
-
-    /// A sender that takes every batch at once and records the heads of each write.
-    struct Recorder(Arc<Mutex<Vec<Vec<Bytes>>>>);
-
-    #[async_trait::async_trait]
-    impl FrameSender for Recorder {
-        fn poll_send(
-            &mut self,
-            _: &mut Context<'_>,
-            batch: &[Transmit],
-            _: &mut SendProgress,
-        ) -> Poll<Result<(), TransportError>> {
-            let heads = batch.iter().map(|t| t.head.clone()).collect();
-            self.0.lock().unwrap().push(heads);
-            Poll::Ready(Ok(()))
-        }
-
-        async fn close(&mut self) -> Result<(), TransportError> {
-            Ok(())
-        }
-    }
 
     fn frame(name: &'static [u8]) -> Vec<Transmit> {
         vec![Transmit {
@@ -310,8 +289,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let writes = Arc::new(Mutex::new(Vec::new()));
-            let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
+            let (outgoing, writes) = recording();
             let wire = Arc::new(Wire::new(outgoing, true));
             let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::new(Live::new(None))));
             // The first caller became the writer and leaves its write to the writer task; two
