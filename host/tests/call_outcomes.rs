@@ -66,14 +66,16 @@ async fn oversized_handler_response_is_answered_not_dropped() {
     host.shutdown().await;
 }
 
-/// Supervisor: a call whose deadline has already passed when it reaches a ready worker is sent
-/// anyway (`Link::begin` never looks at the deadline), and the next `handle_timeout` closes
-/// the session with `CallTimeout`: the worker is killed and every sibling call is lost with
-/// `OtherCallTimedOut`. The `waiting` path (`expire_waiting`) does the right thing: it fails
-/// such a call with `Timeout` without sending it.
+/// A call whose deadline has already passed when it reaches a ready worker is `Timeout` and is
+/// never sent. With no cancel grace, a call that did reach the worker would time out there at
+/// once and take the worker down with the sibling call beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_already_expired_call_does_not_kill_the_worker_under_its_siblings() {
-    let host = InProcess::new(builtin_worker).await.unwrap();
+    let builder = Host::builder("in-process")
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap());
+    let host = InProcess::with_builder(builder, builtin_worker)
+        .await
+        .unwrap();
     let sibling = {
         let host = host.clone();
         tokio::spawn(async move { host.call::<Sleep>(&300).await })
@@ -149,16 +151,19 @@ async fn a_call_whose_deadline_passed_while_its_request_was_encoded_is_not_sent(
     host.shutdown().await;
 }
 
-/// Consequence of the above plus a restart budget that never recovers (`exhausted` is
-/// terminal): six calls whose deadline already passed, each made while a worker is ready,
-/// disable the host for good. Nothing the worker did caused any of it.
+/// Calls whose deadline already passed, each made while a worker is ready, cost no restart:
+/// six of them in a row (with no cancel grace, each would kill the worker if it were sent)
+/// leave the first worker serving, and the restart budget untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn already_expired_calls_do_not_exhaust_the_restart_budget() {
-    let host = InProcess::new(builtin_worker).await.unwrap();
+    let builder = Host::builder("in-process")
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap());
+    let host = InProcess::with_builder(builder, builtin_worker)
+        .await
+        .unwrap();
     for round in 0..6 {
-        // Waits for the replacement worker, so the next call finds one ready.
+        // A worker is ready: the next call finds it so.
         assert_eq!(host.call::<Sum>(&vec![1]).await, Ok(1), "round {round}");
-        // 20 ms of work, so the in-process worker cannot answer before the timer fires.
         let expired = host.call_with_deadline::<Sleep>(&20, Instant::now()).await;
         assert_eq!(expired, Err(CallError::Timeout), "round {round}");
     }
@@ -166,6 +171,11 @@ async fn already_expired_calls_do_not_exhaust_the_restart_budget() {
         host.host().is_alive(),
         "expired deadlines spent the restart budget: stats {:?}",
         host.stats()
+    );
+    assert_eq!(
+        host.stats().restarts,
+        0,
+        "an expired call reached the worker"
     );
     assert_eq!(host.call::<Sum>(&vec![2]).await, Ok(2));
     host.shutdown().await;
