@@ -365,6 +365,41 @@ async fn shared_memory_counts_against_the_workers_cgroup() {
     host.shutdown().await;
 }
 
+/// System V shared memory keeps its pages after it is detached, so no address-space limit
+/// bounds it: a worker whose memory a cgroup counts may use it (and is killed past its
+/// limit); one without a cgroup (an unprivileged host without delegation) is refused it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_v_shared_memory_is_counted_by_the_cgroup_or_refused() {
+    let fill = (256u64 << 20).to_string();
+    let live = attempt(Confinement::none(), false, "sysv_shm_fill", &fill).await;
+    assert!(
+        live.is_ok(),
+        "unconfined, System V segments take 256 MiB: {live:?}"
+    );
+    let host = Host::builder(attack_bin())
+        .arg(NO_SELF_FILTER)
+        .confinement(Confinement::strict().memory_limit(64 << 20))
+        .spawn()
+        .await
+        .unwrap();
+    let counted = host.worker_info().confinement.cgroup;
+    let filled = host
+        .call::<Attack>(&("sysv_shm_fill".to_string(), fill))
+        .await;
+    if counted {
+        assert!(
+            filled.is_err(),
+            "256 MiB of System V shared memory must not fit a 64 MiB cgroup: {filled:?}"
+        );
+    } else {
+        assert!(
+            matches!(&filled, Err(CallError::Remote(e)) if e.message().contains("shmget")),
+            "without a cgroup to count it, System V shared memory must be refused: {filled:?}"
+        );
+    }
+    host.shutdown().await;
+}
+
 /// A number from `/proc/<pid>/status` (`RssAnon:` in kB).
 fn status_field(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -668,6 +703,7 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "execve_is_refused_by_the_workers_own_filter",
         "the_parent_death_signal_cannot_be_cleared",
         "vsock_and_netlink_sockets_cannot_be_created",
+        "system_v_shared_memory_is_counted_by_the_cgroup_or_refused",
         "a_worker_cannot_forge_its_siblings_answer",
         "the_host_reports_what_it_verified",
         "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
@@ -692,6 +728,97 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "as uid 65534:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Set in the re-run of [`best_effort_starts_a_confined_worker_where_namespaces_are_unavailable`]
+/// inside a user namespace that may create no more.
+const NO_NAMESPACES_ENV: &str = "AIRLOCK_TEST_NO_NAMESPACES";
+
+/// Where the kernel offers no namespaces, `strict()` refuses to start a worker and
+/// `strict().best_effort()` starts it with the other layers, which still refuse what
+/// namespaces would have (the host's secret, a network socket), and reports what is missing.
+/// The test re-runs itself inside a user namespace that may create no more
+/// (`max_user_namespaces` 0 there), as on a kernel without them.
+#[test]
+fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
+    let name = "best_effort_starts_a_confined_worker_where_namespaces_are_unavailable";
+    if std::env::var_os(NO_NAMESPACES_ENV).is_none() {
+        if !rustix::process::geteuid().is_root() {
+            // Only a namespace's root may lower `max_user_namespaces`, and an unprivileged
+            // host mapped to root there would take itself for a root host.
+            eprintln!("skipped: only root can take user namespaces away and keep its own ids");
+            return;
+        }
+        let output = airlock_tests::support::run_without_user_namespaces(
+            &std::env::current_exe().unwrap(),
+            &["--exact", name, "--nocapture"],
+            &[(NO_NAMESPACES_ENV, "1")],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "without namespaces ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let refused = Host::builder(attack_bin()).spawn().await;
+        assert!(
+            matches!(
+                &refused,
+                Err(airlock_host::SpawnError::Confinement(
+                    airlock_host::ConfinementError::Unsupported {
+                        feature: airlock_host::Feature::Namespaces,
+                        ..
+                    }
+                ))
+            ),
+            "strict() must refuse to start without namespaces: {:?}",
+            refused.as_ref().map(|_| ())
+        );
+
+        let dir = ScratchDir::new("no-namespaces");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "the host's secret").unwrap();
+        let host = Host::builder(attack_bin())
+            .confinement(Confinement::strict().best_effort())
+            .spawn()
+            .await
+            .expect("best_effort starts the worker without namespaces");
+        let report = host.worker_info().confinement.clone();
+        assert!(
+            !report.namespaces && report.missing == [airlock_host::Feature::Namespaces],
+            "{report:?}"
+        );
+        assert!(
+            report.seccomp_filters > 0 && report.landlock_abi.is_some(),
+            "{report:?}"
+        );
+        for (attack, arg) in [
+            ("read", secret.display().to_string()),
+            ("socket", libc::AF_INET.to_string()),
+        ] {
+            let outcome = host
+                .call::<Attack>(&(attack.to_string(), arg.clone()))
+                .await;
+            assert!(
+                matches!(outcome, Err(CallError::Remote(_))),
+                "{attack}({arg}) must be refused without namespaces too: {outcome:?}"
+            );
+        }
+        let echoed = host
+            .call::<Echo>(&ByteBuf::from(b"still serving".to_vec()))
+            .await;
+        assert_eq!(echoed.map(ByteBuf::into_vec), Ok(b"still serving".to_vec()));
+        host.shutdown().await;
+    });
 }
 
 fn which(program: &str) -> std::io::Result<std::path::PathBuf> {

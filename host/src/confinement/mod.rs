@@ -9,7 +9,7 @@
 //! | --- | --- | --- | --- |
 //! | user, PID (own `/proc`), mount (minimal read-only root), network, IPC and UTS namespaces | `namespaces`, `mounts` | the host, between fork and `exec` | only a process that is not yet running the worker's code can be put in them |
 //! | Landlock: filesystem access limited to the policy, TCP bind/connect denied, signals and abstract sockets scoped | `landlock` | the host, before `exec` | inherited across `exec`, so it confines any program |
-//! | seccomp denylist (`ptrace`, `process_vm_*`, `pidfd_getfd`, `userfaultfd`, `unshare`, `setns`, mounts, `bpf`, `perf_event_open`, keys, `kexec`, modules, io_uring, namespace flags on `clone`) | `seccomp` | the host, last step before `exec` | any program, whatever language it is written in |
+//! | seccomp denylist (`ptrace`, `process_vm_*`, `pidfd_getfd`, `userfaultfd`, `unshare`, `setns`, mounts, `bpf`, `perf_event_open`, keys, `kexec`, modules, io_uring, namespace flags on `clone`; System V IPC without an IPC namespace and a cgroup of its own) | `seccomp` | the host, last step before `exec` | any program, whatever language it is written in |
 //! | seccomp allowlist (no `execve`, no new sockets, no `fork`) | `airlock_worker::confine` | the worker itself, right before its `Hello` | only the worker knows when its own set-up (loading libraries, connecting its socket) is over |
 //! | `no_new_privs`, no capabilities, parent-death signal, own session, rlimits | `process` | the host, before `exec` | as above |
 //! | a cgroup with a memory and a process limit, where the host may create one | `cgroup` | the host, before the worker runs | counts what rlimits cannot (shared memory, tmpfs pages) |

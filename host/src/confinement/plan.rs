@@ -174,8 +174,11 @@ pub(crate) fn prepare(
     {
         missing.push(Feature::Landlock);
     }
+    // Made before the filter, which refuses System V IPC to a worker no cgroup counts.
+    let cgroup = super::cgroup::WorkerCgroup::create(policy.memory_limit, policy.max_processes);
     let around = super::seccomp::Surroundings {
         namespaced: namespaces,
+        memory_counted: cgroup.is_some(),
         connects_its_channel: !inputs.transport_files.is_empty(),
     };
     let seccomp = match super::seccomp::denylist(around) {
@@ -195,7 +198,6 @@ pub(crate) fn prepare(
         None
     };
     let identity = Identity::for_this_host();
-    let cgroup = super::cgroup::WorkerCgroup::create(policy.memory_limit, policy.max_processes);
     let (cgroup, cgroup_join) = match cgroup {
         Some((cgroup, join)) => (Some(cgroup), Some(join)),
         None => (None, None),

@@ -31,7 +31,7 @@ pub struct ConfinementReport {
     pub rlimits: bool,
     /// A cgroup of its own holds the worker, with its memory and process limits (only where
     /// the host may create one: root, or a delegated cgroup v2; elsewhere the rlimits stand
-    /// alone).
+    /// alone, and System V IPC, whose memory they would not count, is refused).
     pub cgroup: bool,
     /// What [`best_effort`](crate::Confinement::best_effort) had to leave out.
     pub missing: Vec<Feature>,

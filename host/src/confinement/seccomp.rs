@@ -109,8 +109,10 @@ fn condition(
     SeccompRule::new(vec![cond]).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
 }
 
-/// System V IPC and POSIX message queues: without an IPC namespace of its own, these reach
-/// every other process of the machine.
+/// System V IPC and POSIX message queues. Without an IPC namespace of its own these reach
+/// every other process of the machine; without a cgroup their memory is bounded by no limit
+/// of the worker's (a detached shared-memory segment keeps its pages but takes no address
+/// space, and a message queue's messages are the kernel's memory).
 const IPC_CALLS: &[i64] = &[
     libc::SYS_shmget,
     libc::SYS_shmat,
@@ -136,6 +138,8 @@ const NAMESPACED_FAMILIES: [i32; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_IN
 pub(crate) struct Surroundings {
     /// The worker has its own namespaces (network, IPC, ...).
     pub(crate) namespaced: bool,
+    /// A cgroup of the worker's own counts its memory, shared memory included.
+    pub(crate) memory_counted: bool,
     /// The worker connects its channel itself (a named socket): it needs AF_UNIX sockets.
     pub(crate) connects_its_channel: bool,
 }
@@ -192,12 +196,18 @@ pub(crate) fn denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinem
 fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, ConfinementError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
-    if !around.namespaced {
+    if !(around.namespaced && around.memory_counted) {
         rules.extend(IPC_CALLS.iter().map(|nr| (*nr, Vec::new())));
     }
     let families = around.socket_families();
     rules.insert(libc::SYS_socket, family_not_in(&families)?);
-    rules.insert(libc::SYS_socketpair, family_not_in(&families)?);
+    // A Unix socket pair is connected to itself and reaches nobody, so it is never refused:
+    // runtimes make one for their signal handling (tokio's signal driver does).
+    let mut pair_families = families;
+    if !pair_families.contains(&libc::AF_UNIX) {
+        pair_families.push(libc::AF_UNIX);
+    }
+    rules.insert(libc::SYS_socketpair, family_not_in(&pair_families)?);
     // The parent-death signal is how the worker dies with its keeper: it may not clear it.
     rules.insert(
         libc::SYS_prctl,

@@ -236,6 +236,7 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
                 Ok(format!("filled {bytes}"))
             }
         }
+        "sysv_shm_fill" => sysv_shm_fill(number(arg)? as usize),
         "fork_many" => fork_many(number(arg)? as usize),
         "alloc" => {
             // Infallible on purpose: past the memory limit the process aborts, as a
@@ -255,6 +256,41 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         }
         other => Err(HandlerError::new(format!("unknown attack {other}"))),
     }
+}
+
+/// Fills `total` bytes of System V shared memory in 16 MiB segments, each attached, written
+/// and detached again: a detached segment keeps its memory but takes no address space, so
+/// `RLIMIT_AS` does not bound the total. The segments are removed before it answers.
+fn sysv_shm_fill(total: usize) -> Result<String, HandlerError> {
+    const SEGMENT: usize = 16 << 20;
+    let mut segments = Vec::new();
+    let mut filled = 0;
+    let outcome = loop {
+        if filled >= total {
+            break Ok(format!("filled {filled} in {} segments", segments.len()));
+        }
+        // SAFETY: plain system calls; the mapping is written only within its `SEGMENT`
+        // bytes and detached before the next one is made.
+        let id = unsafe { libc::shmget(libc::IPC_PRIVATE, SEGMENT, libc::IPC_CREAT | 0o600) };
+        if id < 0 {
+            break Err(refused("shmget", errno()));
+        }
+        segments.push(id);
+        let at = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+        if at as isize == -1 {
+            break Err(refused("shmat", errno()));
+        }
+        unsafe {
+            std::ptr::write_bytes(at.cast::<u8>(), 1, SEGMENT);
+            libc::shmdt(at);
+        }
+        filled += SEGMENT;
+    };
+    for id in segments {
+        // SAFETY: removes a segment this process made.
+        unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+    outcome
 }
 
 /// Forks `n` children at once, each sleeping a second; answers how many started.
