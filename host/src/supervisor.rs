@@ -310,10 +310,8 @@ impl Supervisor {
         expire(&mut self.waiting, now);
     }
 
-    /// Launches the next worker while still taking commands: a call made meanwhile waits for
-    /// the worker (or times out at its own deadline), a cancel removes it, a shutdown is kept
-    /// for `drive` to carry out once the worker is up. A launch can take a while (a slow
-    /// handshake, a loaded machine): nothing waits on it unanswered.
+    /// Launches the next worker while still taking commands (see [`Intake`]). A launch can
+    /// take a while (a slow handshake, a loaded machine): nothing waits on it unanswered.
     async fn launch_taking_commands(&mut self) -> Result<Launched, SpawnError> {
         let Self {
             launcher,
@@ -325,25 +323,23 @@ impl Supervisor {
             ..
         } = self;
         let launch = launcher.launch(settings, counters);
-        let mut launch = std::pin::pin!(launch);
-        let mut handles_gone = false;
-        loop {
-            expire(waiting, Instant::now());
-            let next = next_deadline(waiting);
-            tokio::select! {
-                launched = &mut launch => return launched,
-                () = sleep_until_opt(next) => {}
-                command = commands.recv(), if !handles_gone => match command {
-                    Some(Command::Call(call)) => queue_call(waiting, settings, call),
-                    Some(Command::Cancel(key)) => {
-                        cancel(waiting, key);
-                    }
-                    Some(Command::Shutdown(done)) => {
-                        shutdown.get_or_insert_with(Vec::new).push(done);
-                    }
-                    None => handles_gone = true,
-                },
-            }
+        let intake = Intake {
+            commands,
+            waiting,
+            settings,
+            shutdown,
+        };
+        intake.until(launch).await
+    }
+
+    /// The calls, cancels and shutdowns that arrive while the supervisor waits on something
+    /// other than a live worker.
+    fn intake(&mut self) -> Intake<'_> {
+        Intake {
+            commands: &mut self.commands,
+            waiting: &mut self.waiting,
+            settings: &self.settings,
+            shutdown: &mut self.shutdown,
         }
     }
 
@@ -523,15 +519,19 @@ impl Supervisor {
         let last_words = live
             .with_core(|core| std::mem::take(&mut core.last_words))
             .unwrap_or_default();
+        // Each wait below takes commands meanwhile (see `Intake`): how long a worker takes to
+        // die is up to the worker, and no call made meanwhile waits on it.
         if last_words.is_empty() {
             // Nothing more to say: stop the writer before the kill, so no write it still has
             // in flight (calls now reported lost) reaches whoever may drain the pipe meanwhile.
             writer.abort();
         } else {
-            wire.write_last_words(last_words, LAST_WORDS).await;
+            let said = wire.write_last_words(last_words, LAST_WORDS);
+            self.intake().until(said).await;
             // An honest worker exits when refused; give it the moment to read why.
             if exited.is_none() {
-                if let Ok(info) = tokio::time::timeout(LAST_WORDS, process.wait()).await {
+                let exit = tokio::time::timeout(LAST_WORDS, process.wait());
+                if let Ok(info) = self.intake().until(exit).await {
                     exited = Some((info, Instant::now()));
                 }
             }
@@ -541,7 +541,10 @@ impl Supervisor {
         let ended_by_itself = exited.map(|(info, _)| info).or_else(|| process.ended());
         let exit = match ended_by_itself {
             Some(info) => Some(info),
-            None => process.kill_and_reap(REAP_TIMEOUT).await,
+            None => {
+                let reaped = process.kill_and_reap(REAP_TIMEOUT);
+                self.intake().until(reaped).await
+            }
         };
         reader.abort();
         writer.abort();
@@ -549,15 +552,14 @@ impl Supervisor {
             // The worker is reaped: the relay logs what is buffered and ends. A grandchild
             // that escaped the process group may still hold the pipe; it gets nothing more.
             relay.worker_gone();
-            if tokio::time::timeout(STDERR_DRAIN, &mut relay.task)
-                .await
-                .is_err()
-            {
+            let drained = tokio::time::timeout(STDERR_DRAIN, &mut relay.task);
+            if self.intake().until(drained).await.is_err() {
                 relay.task.abort();
             }
         }
         if let WorkerProcess::Task { .. } = process {
-            let _ = process.kill_and_reap(REAP_TIMEOUT).await;
+            let reaped = process.kill_and_reap(REAP_TIMEOUT);
+            let _ = self.intake().until(reaped).await;
         }
         let reason = match (&close_reason, ended_by_itself) {
             (CloseReason::Aborted(AbortReason::TransportFailed), Some(info)) => {
@@ -651,6 +653,45 @@ impl Drop for Detach<'_> {
     fn drop(&mut self) {
         if let Some(mut core) = self.0.lock().take() {
             core.link.fail_all_with(&CallError::Shutdown);
+        }
+    }
+}
+
+/// What the supervisor takes while it waits on something other than a live worker (a launch,
+/// a worker's death): a call made meanwhile waits for the next worker or times out at its own
+/// deadline, a cancel removes a waiting call, and a shutdown is kept for the supervisor to
+/// carry out when the wait is over.
+struct Intake<'a> {
+    commands: &'a mut mpsc::UnboundedReceiver<Command>,
+    waiting: &'a mut VecDeque<CallRequest>,
+    settings: &'a Settings,
+    shutdown: &'a mut Option<Vec<oneshot::Sender<()>>>,
+}
+
+impl Intake<'_> {
+    /// Runs `work` to its end, taking commands meanwhile.
+    async fn until<F: std::future::Future>(self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        let mut handles_gone = false;
+        loop {
+            expire(self.waiting, Instant::now());
+            let next = next_deadline(self.waiting);
+            tokio::select! {
+                out = &mut work => return out,
+                () = sleep_until_opt(next) => {}
+                command = self.commands.recv(), if !handles_gone => match command {
+                    Some(Command::Call(call)) => queue_call(self.waiting, self.settings, call),
+                    Some(Command::Cancel(key)) => {
+                        cancel(self.waiting, key);
+                    }
+                    Some(Command::Shutdown(done)) => {
+                        self.shutdown.get_or_insert_with(Vec::new).push(done);
+                    }
+                    // Every handle is gone: the channel stays closed, and the supervisor finds
+                    // it so when it next reads it.
+                    None => handles_gone = true,
+                },
+            }
         }
     }
 }

@@ -342,3 +342,59 @@ async fn an_out_of_range_duration_is_refused_not_a_supervisor_panic() {
         }
     }
 }
+
+airlock_host::method!(
+    /// Blocks the worker's thread for `n` ms, as a handler that never yields would.
+    Stall, "stall", u64 => u64
+);
+
+/// However long a lost worker takes to die, a call made meanwhile is answered at its own
+/// deadline: the supervisor takes calls while it reaps. Here the in-process worker's handler
+/// blocks its serving task's thread for 2 s, so after its call times out (with no cancel grace,
+/// which takes the worker down) the reap of that task takes as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_call_made_while_a_lost_worker_is_reaped_is_answered_at_its_deadline() {
+    let builder = Host::builder("in-process")
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap());
+    let host = InProcess::with_builder(builder, || {
+        Worker::new().method::<Stall, _, _>(|millis| async move {
+            std::thread::sleep(Duration::from_millis(millis));
+            Ok(millis)
+        })
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let stalled = {
+        let host = host.clone();
+        let deadline = started + Duration::from_millis(100);
+        tokio::spawn(async move {
+            let outcome = host.call_with_deadline::<Stall>(&2_000, deadline).await;
+            (outcome, started.elapsed())
+        })
+    };
+    // The stalled call timed out at 100 ms; its worker is being reaped.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let during = host.call_with_deadline::<Stall>(&0, deadline).await;
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert_eq!(during, Err(CallError::Timeout));
+    assert!(
+        late < Duration::from_millis(500),
+        "a call made while the lost worker was reaped was answered {late:?} after its deadline"
+    );
+    // The reap did take the handler's 2 s (the stalled call is answered once it is over), so
+    // the call above was made while it ran.
+    let (outcome, answered_after) = stalled.await.unwrap();
+    assert_eq!(outcome, Err(CallError::Timeout));
+    assert!(
+        answered_after >= Duration::from_millis(1_500),
+        "{answered_after:?}"
+    );
+    assert_eq!(
+        host.call::<Stall>(&1).await,
+        Ok(1),
+        "the replacement serves"
+    );
+    host.shutdown().await;
+}
