@@ -1,8 +1,9 @@
 //! Call outcomes in the runtime, in process (the same codec, sessions and supervisor as a real
 //! worker, no process): an oversized response is answered, an expired call neither kills its
 //! worker nor spends the restart budget, a panicking decoder is that call's `Panic`, a liar is
-//! cut off before it answers a sibling, cancelled blocking handlers keep their slot, and an
-//! out-of-range duration is a configuration error.
+//! cut off before it answers a sibling, cancelled blocking handlers keep their slot, an
+//! out-of-range duration is a configuration error, and a call made while a lost worker is
+//! reaped is answered at its own deadline.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,10 +199,9 @@ airlock_host::method!(
     TrapWorker, "trap", Trap => u32
 );
 
-/// Worker side (handler.rs `erase_async`/`erase_blocking`): the request is decoded
-/// synchronously on the serving loop, outside the call's task, so a panic in the request
-/// type's `Deserialize` is not caught as a `Panic` failure: it unwinds through the serving
-/// loop, the worker dies and every sibling call on it is lost.
+/// A request type whose `Deserialize` panics fails that call alone, as a `Panic` failure: the
+/// worker catches the panic wherever the request is decoded (on the serving loop or in the
+/// call's task), lives on, and its sibling calls are answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_request_decoder_is_a_panic_failure_not_a_dead_worker() {
     let host = InProcess::new(|| {
@@ -277,11 +277,9 @@ airlock_host::method!(
     Busy, "busy", u64 => ()
 );
 
-/// Worker side (serve/calls.rs `Calls::start` + handler.rs `erase_blocking`): the concurrency permit
-/// lives in the call's async task, which a `Cancel` aborts at once while the blocking handler
-/// keeps running on its thread. The permit is released with the handler still running, so
-/// `max_concurrency(1)` admits a second handler next to it; a host that cancels repeatedly
-/// runs unboundedly many (up to tokio's blocking-pool cap) at once.
+/// A cancelled blocking handler runs on until it returns and keeps its concurrency slot
+/// meanwhile: `max_concurrency(1)` never runs a second handler beside it, however often the
+/// host cancels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_blocking_handlers_still_count_against_max_concurrency() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -305,7 +303,7 @@ async fn cancelled_blocking_handlers_still_count_against_max_concurrency() {
     // Start a 400 ms handler and drop its call after 50 ms (cancel-on-drop).
     let dropped = tokio::time::timeout(Duration::from_millis(50), host.call::<Busy>(&400)).await;
     assert!(dropped.is_err());
-    // The next call should wait for the slot; instead it runs beside the cancelled one.
+    // The next call waits for the slot the cancelled handler still holds.
     assert_eq!(host.call::<Busy>(&10).await, Ok(()));
     assert_eq!(
         most.load(Ordering::SeqCst),
@@ -316,12 +314,9 @@ async fn cancelled_blocking_handlers_still_count_against_max_concurrency() {
     host.shutdown().await;
 }
 
-/// config: `HostConfig::handshake_timeout` (and `HostBuilder::shutdown_grace`,
-/// `call_timeout`) accept any `Duration`, and the supervisor adds them to `Instant::now()`
-/// unchecked. A "practically infinite" handshake timeout panics the supervisor task, which
-/// surfaces as a spawn failure "supervisor ended" (and with `shutdown_grace` the panic comes at
-/// shutdown, leaving the worker's process group unkilled). Safe: refuse the value as a
-/// `SpawnError::Config`, or saturate.
+/// A duration too long to add to the clock (a "practically infinite" timeout or grace) is
+/// refused as a configuration error before anything starts, never a supervisor that panics
+/// when it adds it to `Instant::now()`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_out_of_range_duration_is_refused_not_a_supervisor_panic() {
     // The protocol's own setter refuses it outright...
