@@ -743,6 +743,42 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
             .await;
         assert_eq!(echoed.map(ByteBuf::into_vec), Ok(b"still serving".to_vec()));
         host.shutdown().await;
+
+        // A Unix socket pair is allowed (the worker above started), but only a stream pair,
+        // and nothing of the worker's may bind a name: without a network namespace a datagram
+        // end reaches any datagram socket it can name, and an abstract name is the machine's.
+        airlock_tests::e2e::share_with_worker(&dir);
+        let victim_path = dir.join("victim.sock");
+        let victim = std::os::unix::net::UnixDatagram::bind(&victim_path).unwrap();
+        victim.set_nonblocking(true).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&victim_path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let abstract_name = format!("airlock-test-{}", std::process::id());
+        for (attack, arg) in [
+            ("dgram_pair_sendto", victim_path.display().to_string()),
+            ("pair_bind_abstract", abstract_name),
+        ] {
+            let live = attempt(Confinement::none(), false, attack, &arg).await;
+            assert!(
+                live.is_ok(),
+                "{attack}({arg}) must work unconfined: {live:?}"
+            );
+            let refused = attempt(Confinement::strict().best_effort(), false, attack, &arg).await;
+            assert!(
+                matches!(refused, Err(CallError::Remote(_))),
+                "{attack}({arg}) must be refused without namespaces: {refused:?}"
+            );
+        }
+        // What the unconfined worker sent arrived; nothing more did.
+        let mut received = [0u8; 64];
+        let n = victim
+            .recv(&mut received)
+            .expect("the unconfined datagram arrived");
+        assert_eq!(&received[..n], b"forged by the worker");
+        assert!(
+            victim.recv(&mut received).is_err(),
+            "a confined worker's datagram arrived"
+        );
     });
 }
 

@@ -126,6 +126,11 @@ const IPC_CALLS: &[i64] = &[
     libc::SYS_msgrcv,
     libc::SYS_msgctl,
     libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
 ];
 
 /// Socket families a worker in its own network namespace may create. Others (vsock, netlink,
@@ -157,6 +162,29 @@ impl Surroundings {
             Vec::new()
         }
     }
+}
+
+/// The `socketpair` calls refused. With its own network namespace, any pair of the allowed
+/// families. Without one, all but a Unix *stream* pair, which is connected to itself and
+/// reaches nobody (runtimes make one for their signal handling: tokio's signal driver does).
+/// A datagram pair is not: an end can `sendto` any Unix datagram socket it can name, or be
+/// disconnected and bound to a name others send to.
+fn socket_pairs_refused(around: Surroundings) -> Result<Vec<SeccompRule>, ConfinementError> {
+    if around.namespaced {
+        return family_not_in(&around.socket_families());
+    }
+    let mut rules = family_not_in(&[libc::AF_UNIX])?;
+    // The type is argument 1's low four bits (`SOCK_NONBLOCK` and `SOCK_CLOEXEC` above them).
+    const TYPE_MASK: u64 = 0xf;
+    for other in (0..=TYPE_MASK).filter(|t| *t != libc::SOCK_STREAM as u64) {
+        rules.push(condition(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(TYPE_MASK),
+            other,
+        )?);
+    }
+    Ok(rules)
 }
 
 /// A rule matching argument 0 outside `allowed` (all of the conditions hold).
@@ -201,13 +229,12 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
     }
     let families = around.socket_families();
     rules.insert(libc::SYS_socket, family_not_in(&families)?);
-    // A Unix socket pair is connected to itself and reaches nobody, so it is never refused:
-    // runtimes make one for their signal handling (tokio's signal driver does).
-    let mut pair_families = families;
-    if !pair_families.contains(&libc::AF_UNIX) {
-        pair_families.push(libc::AF_UNIX);
+    rules.insert(libc::SYS_socketpair, socket_pairs_refused(around)?);
+    if !around.namespaced {
+        // Without a network namespace of its own a bound name (an abstract one above all) is
+        // the machine's: nothing of the worker's may take one.
+        rules.insert(libc::SYS_bind, Vec::new());
     }
-    rules.insert(libc::SYS_socketpair, family_not_in(&pair_families)?);
     // The parent-death signal is how the worker dies with its keeper: it may not clear it.
     rules.insert(
         libc::SYS_prctl,

@@ -237,6 +237,8 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             }
         }
         "sysv_shm_fill" => sysv_shm_fill(number(arg)? as usize),
+        "dgram_pair_sendto" => dgram_pair_sendto(arg),
+        "pair_bind_abstract" => pair_bind_abstract(arg),
         "fork_many" => fork_many(number(arg)? as usize),
         "alloc" => {
             // Infallible on purpose: past the memory limit the process aborts, as a
@@ -291,6 +293,62 @@ fn sysv_shm_fill(total: usize) -> Result<String, HandlerError> {
         unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
     }
     outcome
+}
+
+/// A Unix socket address: the pathname `name`, or with `abstract_name` the abstract one.
+fn unix_address(name: &[u8], abstract_name: bool) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid `sockaddr_un`.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let start = usize::from(abstract_name);
+    for (slot, byte) in address.sun_path[start..].iter_mut().zip(name) {
+        *slot = *byte as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + start + name.len();
+    (address, len as libc::socklen_t)
+}
+
+/// Sends a datagram from one end of a datagram socket pair to the Unix datagram socket at
+/// `path`: an explicit address overrides the end's peer.
+fn dgram_pair_sendto(path: &str) -> Result<String, HandlerError> {
+    let mut ends = [0i32; 2];
+    // SAFETY: plain system calls on descriptors we own, with our own address and message.
+    unsafe {
+        if libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, ends.as_mut_ptr()) != 0 {
+            return Err(refused("socketpair", errno()));
+        }
+        let (address, len) = unix_address(path.as_bytes(), false);
+        let message = b"forged by the worker";
+        let sent = libc::sendto(
+            ends[0],
+            message.as_ptr().cast(),
+            message.len(),
+            0,
+            (&raw const address).cast(),
+            len,
+        );
+        if sent < 0 {
+            return Err(refused("sendto", errno()));
+        }
+        Ok(format!("sent {sent}"))
+    }
+}
+
+/// Binds one end of a (stream) socket pair to the abstract name `name`, which then is taken
+/// for every process of the network namespace.
+fn pair_bind_abstract(name: &str) -> Result<String, HandlerError> {
+    let mut ends = [0i32; 2];
+    // SAFETY: plain system calls on descriptors we own, with our own address.
+    unsafe {
+        if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, ends.as_mut_ptr()) != 0 {
+            return Err(refused("socketpair", errno()));
+        }
+        let (address, len) = unix_address(name.as_bytes(), true);
+        if libc::bind(ends[0], (&raw const address).cast(), len) != 0 {
+            return Err(refused("bind", errno()));
+        }
+    }
+    Ok("bound".into())
 }
 
 /// Forks `n` children at once, each sleeping a second; answers how many started.
