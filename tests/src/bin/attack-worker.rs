@@ -308,45 +308,48 @@ fn unix_address(name: &[u8], abstract_name: bool) -> (libc::sockaddr_un, libc::s
     (address, len as libc::socklen_t)
 }
 
+/// A Unix socket pair of `kind` (`SOCK_STREAM`, `SOCK_DGRAM`); its descriptors are left open
+/// for the worker's life, as an attacker's would be.
+fn unix_pair(kind: i32) -> Result<[i32; 2], HandlerError> {
+    let mut ends = [0i32; 2];
+    // SAFETY: a plain system call writing two descriptors into our own array.
+    if unsafe { libc::socketpair(libc::AF_UNIX, kind, 0, ends.as_mut_ptr()) } != 0 {
+        return Err(refused("socketpair", errno()));
+    }
+    Ok(ends)
+}
+
 /// Sends a datagram from one end of a datagram socket pair to the Unix datagram socket at
 /// `path`: an explicit address overrides the end's peer.
 fn dgram_pair_sendto(path: &str) -> Result<String, HandlerError> {
-    let mut ends = [0i32; 2];
-    // SAFETY: plain system calls on descriptors we own, with our own address and message.
-    unsafe {
-        if libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, ends.as_mut_ptr()) != 0 {
-            return Err(refused("socketpair", errno()));
-        }
-        let (address, len) = unix_address(path.as_bytes(), false);
-        let message = b"forged by the worker";
-        let sent = libc::sendto(
+    let ends = unix_pair(libc::SOCK_DGRAM)?;
+    let (address, len) = unix_address(path.as_bytes(), false);
+    let message = b"forged by the worker";
+    // SAFETY: sends our own message to our own address from a descriptor we own.
+    let sent = unsafe {
+        libc::sendto(
             ends[0],
             message.as_ptr().cast(),
             message.len(),
             0,
             (&raw const address).cast(),
             len,
-        );
-        if sent < 0 {
-            return Err(refused("sendto", errno()));
-        }
-        Ok(format!("sent {sent}"))
+        )
+    };
+    if sent < 0 {
+        return Err(refused("sendto", errno()));
     }
+    Ok(format!("sent {sent}"))
 }
 
 /// Binds one end of a (stream) socket pair to the abstract name `name`, which then is taken
 /// for every process of the network namespace.
 fn pair_bind_abstract(name: &str) -> Result<String, HandlerError> {
-    let mut ends = [0i32; 2];
-    // SAFETY: plain system calls on descriptors we own, with our own address.
-    unsafe {
-        if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, ends.as_mut_ptr()) != 0 {
-            return Err(refused("socketpair", errno()));
-        }
-        let (address, len) = unix_address(name.as_bytes(), true);
-        if libc::bind(ends[0], (&raw const address).cast(), len) != 0 {
-            return Err(refused("bind", errno()));
-        }
+    let ends = unix_pair(libc::SOCK_STREAM)?;
+    let (address, len) = unix_address(name.as_bytes(), true);
+    // SAFETY: binds a descriptor we own to our own address.
+    if unsafe { libc::bind(ends[0], (&raw const address).cast(), len) } != 0 {
+        return Err(refused("bind", errno()));
     }
     Ok("bound".into())
 }
