@@ -548,9 +548,9 @@ impl Supervisor {
         };
         // A worker that died by itself a moment before the kill (its keeper had not yet ended
         // when it was looked at) was reaped with its own ending: the kill's would be SIGKILL.
-        let killed = Some(rustix::process::Signal::KILL.as_raw());
+        let killed = rustix::process::Signal::KILL.as_raw();
         let own_ending =
-            |info: &ExitInfo| info.signal.is_some_and(|s| Some(s) != killed) || info.code.is_some();
+            |info: &ExitInfo| info.signal.is_some_and(|s| s != killed) || info.code.is_some();
         let ended_by_itself = ended_by_itself.or_else(|| exit.filter(own_ending));
         reader.abort();
         writer.abort();
