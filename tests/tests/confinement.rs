@@ -709,6 +709,24 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
             refused.as_ref().map(|_| ())
         );
 
+        // A root host's worker, dropped to 65534 with no mount namespace of its own, could
+        // not enter the host's socket directory: refused at once, saying why.
+        let named = Host::builder(attack_bin())
+            .transport(airlock_host::TransportChoice::SocketNamed)
+            .confinement(Confinement::strict().best_effort())
+            .spawn()
+            .await;
+        assert!(
+            matches!(
+                &named,
+                Err(airlock_host::SpawnError::Confinement(
+                    airlock_host::ConfinementError::NamedSocketNeedsNamespaces
+                ))
+            ),
+            "{:?}",
+            named.as_ref().map(|_| ())
+        );
+
         let dir = ScratchDir::new("no-namespaces");
         let secret = dir.join("secret");
         std::fs::write(&secret, "the host's secret").unwrap();
@@ -779,6 +797,81 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
             victim.recv(&mut received).is_err(),
             "a confined worker's datagram arrived"
         );
+    });
+}
+
+/// A worker that connects its channel itself (a named socket) may make a Unix stream socket
+/// where it has no network namespace, and nothing else: a datagram socket could send to any
+/// Unix datagram socket it can name. Run by an unprivileged host (a root host's worker, dropped
+/// to 65534, cannot reach the host's socket directory without a mount namespace of its own),
+/// re-run in a user namespace that may create no more.
+#[test]
+fn a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket() {
+    let name = "a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket";
+    if std::env::var_os(NO_NAMESPACES_ENV).is_none() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: only root can take user namespaces away");
+            return;
+        }
+        let Ok(setpriv) = which("setpriv") else {
+            panic!("setpriv (util-linux) is needed to run the host unprivileged");
+        };
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let mut args = airlock_tests::support::AS_NOBODY.to_vec();
+        args.extend([exe, "--exact", name, "--nocapture"]);
+        let output = airlock_tests::support::run_without_user_namespaces(
+            &setpriv,
+            &args,
+            &[(NO_NAMESPACES_ENV, "1")],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "unprivileged, without namespaces ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = ScratchDir::new("named-no-namespaces");
+        let victim_path = dir.join("victim.sock");
+        let victim = std::os::unix::net::UnixDatagram::bind(&victim_path).unwrap();
+        victim.set_nonblocking(true).unwrap();
+        let arg = victim_path.display().to_string();
+        let on_a_named_socket = |policy: Confinement| {
+            Host::builder(attack_bin())
+                .arg(NO_SELF_FILTER)
+                .transport(airlock_host::TransportChoice::SocketNamed)
+                .confinement(policy)
+        };
+        let mut outcomes = Vec::new();
+        for policy in [Confinement::none(), Confinement::strict().best_effort()] {
+            let host = on_a_named_socket(policy).spawn().await.unwrap();
+            let report = host.worker_info().confinement.clone();
+            let outcome = host
+                .call::<Attack>(&("dgram_socket_sendto".to_string(), arg.clone()))
+                .await;
+            host.shutdown().await;
+            outcomes.push((report, outcome));
+        }
+        let (unconfined, confined) = (&outcomes[0], &outcomes[1]);
+        assert!(unconfined.1.is_ok(), "unconfined, the datagram is sent: {unconfined:?}");
+        assert!(
+            confined.0.missing == [airlock_host::Feature::Namespaces]
+                && matches!(&confined.1, Err(CallError::Remote(e)) if e.message().contains("socket")),
+            "without namespaces, the datagram socket must be refused: {confined:?}"
+        );
+        let mut received = [0u8; 64];
+        let n = victim.recv(&mut received).expect("the unconfined datagram arrived");
+        assert_eq!(&received[..n], b"forged by the worker");
+        assert!(victim.recv(&mut received).is_err(), "a confined worker's datagram arrived");
     });
 }
 

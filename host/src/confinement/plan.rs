@@ -164,6 +164,9 @@ pub(crate) fn prepare(
             ),
         });
     }
+    if !namespaces && !inputs.transport_files.is_empty() && rustix::process::geteuid().is_root() {
+        return Err(ConfinementError::NamedSocketNeedsNamespaces);
+    }
     let limits = Limits::from_policy(policy)?;
     let mut missing = Vec::new();
     let landlock = super::landlock::plan(&landlock_grants(&grants, namespaces), strict)?;

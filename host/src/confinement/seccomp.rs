@@ -164,6 +164,16 @@ impl Surroundings {
     }
 }
 
+/// The `socket` calls refused. With its own network namespace, any socket of the allowed
+/// families. Without one, every socket, but a Unix *stream* socket for a worker that connects
+/// its channel itself: a datagram socket could `sendto` any Unix datagram socket it can name.
+fn sockets_refused(around: Surroundings) -> Result<Vec<SeccompRule>, ConfinementError> {
+    if around.namespaced || !around.connects_its_channel {
+        return family_not_in(&around.socket_families());
+    }
+    all_but_unix_streams()
+}
+
 /// The `socketpair` calls refused. With its own network namespace, any pair of the allowed
 /// families. Without one, all but a Unix *stream* pair, which is connected to itself and
 /// reaches nobody (runtimes make one for their signal handling: tokio's signal driver does).
@@ -173,9 +183,15 @@ fn socket_pairs_refused(around: Surroundings) -> Result<Vec<SeccompRule>, Confin
     if around.namespaced {
         return family_not_in(&around.socket_families());
     }
-    let mut rules = family_not_in(&[libc::AF_UNIX])?;
-    // The type is argument 1's low four bits (`SOCK_NONBLOCK` and `SOCK_CLOEXEC` above them).
+    all_but_unix_streams()
+}
+
+/// Rules matching a `socket` or `socketpair` call for anything but an `AF_UNIX` socket of
+/// type `SOCK_STREAM`: the type is argument 1's low four bits (`SOCK_NONBLOCK` and
+/// `SOCK_CLOEXEC` above them).
+fn all_but_unix_streams() -> Result<Vec<SeccompRule>, ConfinementError> {
     const TYPE_MASK: u64 = 0xf;
+    let mut rules = family_not_in(&[libc::AF_UNIX])?;
     for other in (0..=TYPE_MASK).filter(|t| *t != libc::SOCK_STREAM as u64) {
         rules.push(condition(
             1,
@@ -227,8 +243,7 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
     if !(around.namespaced && around.memory_counted) {
         rules.extend(IPC_CALLS.iter().map(|nr| (*nr, Vec::new())));
     }
-    let families = around.socket_families();
-    rules.insert(libc::SYS_socket, family_not_in(&families)?);
+    rules.insert(libc::SYS_socket, sockets_refused(around)?);
     rules.insert(libc::SYS_socketpair, socket_pairs_refused(around)?);
     if !around.namespaced {
         // Without a network namespace of its own a bound name (an abstract one above all) is

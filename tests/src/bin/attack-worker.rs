@@ -238,6 +238,7 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         }
         "sysv_shm_fill" => sysv_shm_fill(number(arg)? as usize),
         "dgram_pair_sendto" => dgram_pair_sendto(arg),
+        "dgram_socket_sendto" => dgram_socket_sendto(arg),
         "pair_bind_abstract" => pair_bind_abstract(arg),
         "fork_many" => fork_many(number(arg)? as usize),
         "alloc" => {
@@ -323,12 +324,27 @@ fn unix_pair(kind: i32) -> Result<[i32; 2], HandlerError> {
 /// `path`: an explicit address overrides the end's peer.
 fn dgram_pair_sendto(path: &str) -> Result<String, HandlerError> {
     let ends = unix_pair(libc::SOCK_DGRAM)?;
+    send_datagram(ends[0], path)
+}
+
+/// Sends a datagram from a Unix datagram socket of its own to the one at `path`.
+fn dgram_socket_sendto(path: &str) -> Result<String, HandlerError> {
+    // SAFETY: a plain system call; the descriptor is left open for the worker's life.
+    let socket = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0) };
+    if socket < 0 {
+        return Err(refused("socket", errno()));
+    }
+    send_datagram(socket, path)
+}
+
+/// Sends "forged by the worker" from `socket` to the Unix datagram socket at `path`.
+fn send_datagram(socket: i32, path: &str) -> Result<String, HandlerError> {
     let (address, len) = unix_address(path.as_bytes(), false);
     let message = b"forged by the worker";
     // SAFETY: sends our own message to our own address from a descriptor we own.
     let sent = unsafe {
         libc::sendto(
-            ends[0],
+            socket,
             message.as_ptr().cast(),
             message.len(),
             0,
