@@ -802,7 +802,8 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
 
 /// A worker that connects its channel itself (a named socket) may make a Unix stream socket
 /// where it has no network namespace, and nothing else: a datagram socket could send to any
-/// Unix datagram socket it can name. Run by an unprivileged host (a root host's worker, dropped
+/// Unix datagram socket it can name. Nor may it take a name to listen on by the back door of
+/// autobind. Run by an unprivileged host (a root host's worker, dropped
 /// to 65534, cannot reach the host's socket directory without a mount namespace of its own),
 /// re-run in a user namespace that may create no more.
 #[test]
@@ -851,23 +852,31 @@ fn a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket() {
                 .transport(airlock_host::TransportChoice::SocketNamed)
                 .confinement(policy)
         };
-        let mut outcomes = Vec::new();
-        for policy in [Confinement::none(), Confinement::strict().best_effort()] {
-            let host = on_a_named_socket(policy).spawn().await.unwrap();
-            let report = host.worker_info().confinement.clone();
-            let outcome = host
-                .call::<Attack>(&("dgram_socket_sendto".to_string(), arg.clone()))
-                .await;
-            host.shutdown().await;
-            outcomes.push((report, outcome));
+        // A stream socket that asks for its peer's credentials is given an abstract name as
+        // it connects (anywhere), on which it could then listen for the machine's processes.
+        let nowhere = dir.join("nowhere.sock").display().to_string();
+        for (attack, arg, refused_at) in [
+            ("dgram_socket_sendto", &arg, "socket"),
+            ("autobind_listen", &nowhere, "setsockopt"),
+        ] {
+            let mut outcomes = Vec::new();
+            for policy in [Confinement::none(), Confinement::strict().best_effort()] {
+                let host = on_a_named_socket(policy).spawn().await.unwrap();
+                let report = host.worker_info().confinement.clone();
+                let outcome = host
+                    .call::<Attack>(&(attack.to_string(), arg.clone()))
+                    .await;
+                host.shutdown().await;
+                outcomes.push((report, outcome));
+            }
+            let (unconfined, confined) = (&outcomes[0], &outcomes[1]);
+            assert!(unconfined.1.is_ok(), "unconfined, {attack} works: {unconfined:?}");
+            assert!(
+                confined.0.missing == [airlock_host::Feature::Namespaces]
+                    && matches!(&confined.1, Err(CallError::Remote(e)) if e.message().starts_with(refused_at)),
+                "without namespaces, {attack} must be refused at {refused_at}: {confined:?}"
+            );
         }
-        let (unconfined, confined) = (&outcomes[0], &outcomes[1]);
-        assert!(unconfined.1.is_ok(), "unconfined, the datagram is sent: {unconfined:?}");
-        assert!(
-            confined.0.missing == [airlock_host::Feature::Namespaces]
-                && matches!(&confined.1, Err(CallError::Remote(e)) if e.message().contains("socket")),
-            "without namespaces, the datagram socket must be refused: {confined:?}"
-        );
         let mut received = [0u8; 64];
         let n = victim.recv(&mut received).expect("the unconfined datagram arrived");
         assert_eq!(&received[..n], b"forged by the worker");

@@ -133,6 +133,9 @@ const IPC_CALLS: &[i64] = &[
     libc::SYS_mq_getsetattr,
 ];
 
+/// `SO_PASSPIDFD` (Linux 6.5), which the `libc` crate does not name on every target.
+const SO_PASSPIDFD: i32 = 76;
+
 /// Socket families a worker in its own network namespace may create. Others (vsock, netlink,
 /// packet, alg, bluetooth, ...) reach past a network namespace or into the kernel's less
 /// travelled code; vsock in particular shares its port space with the host and the hypervisor.
@@ -247,8 +250,33 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
     rules.insert(libc::SYS_socketpair, socket_pairs_refused(around)?);
     if !around.namespaced {
         // Without a network namespace of its own a bound name (an abstract one above all) is
-        // the machine's: nothing of the worker's may take one.
+        // the machine's: nothing of the worker's may take one, nor listen on one. A socket
+        // asking for its peer's credentials is given a name of the kernel's choosing as it
+        // connects (autobind), so it may not ask.
         rules.insert(libc::SYS_bind, Vec::new());
+        rules.insert(libc::SYS_listen, Vec::new());
+        rules.insert(
+            libc::SYS_setsockopt,
+            [libc::SO_PASSCRED, SO_PASSPIDFD]
+                .into_iter()
+                .map(|option| {
+                    let condition = |index, value| {
+                        SeccompCondition::new(
+                            index,
+                            SeccompCmpArgLen::Dword,
+                            SeccompCmpOp::Eq,
+                            value,
+                        )
+                        .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+                    };
+                    SeccompRule::new(vec![
+                        condition(1, libc::SOL_SOCKET as u64)?,
+                        condition(2, option as u64)?,
+                    ])
+                    .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+                })
+                .collect::<Result<_, _>>()?,
+        );
     }
     // The parent-death signal is how the worker dies with its keeper: it may not clear it.
     rules.insert(

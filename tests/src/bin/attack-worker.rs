@@ -239,6 +239,7 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         "sysv_shm_fill" => sysv_shm_fill(number(arg)? as usize),
         "dgram_pair_sendto" => dgram_pair_sendto(arg),
         "dgram_socket_sendto" => dgram_socket_sendto(arg),
+        "autobind_listen" => autobind_listen(arg),
         "pair_bind_abstract" => pair_bind_abstract(arg),
         "fork_many" => fork_many(number(arg)? as usize),
         "alloc" => {
@@ -356,6 +357,40 @@ fn send_datagram(socket: i32, path: &str) -> Result<String, HandlerError> {
         return Err(refused("sendto", errno()));
     }
     Ok(format!("sent {sent}"))
+}
+
+/// Takes an abstract name without `bind` and listens on it: a Unix stream socket that asks
+/// for its peer's credentials is given a name by the kernel as it connects (here to `path`,
+/// which need not exist), and may then `listen`. Answers the name.
+fn autobind_listen(path: &str) -> Result<String, HandlerError> {
+    // SAFETY: plain system calls on a descriptor we own (left open for the worker's life),
+    // with our own option value and addresses.
+    unsafe {
+        let socket = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        if socket < 0 {
+            return Err(refused("socket", errno()));
+        }
+        let on: libc::c_int = 1;
+        let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let option = (&raw const on).cast();
+        if libc::setsockopt(socket, libc::SOL_SOCKET, libc::SO_PASSCRED, option, size) != 0 {
+            return Err(refused("setsockopt", errno()));
+        }
+        let (address, len) = unix_address(path.as_bytes(), false);
+        libc::connect(socket, (&raw const address).cast(), len);
+        if libc::listen(socket, 8) != 0 {
+            return Err(refused("listen", errno()));
+        }
+        let mut name: libc::sockaddr_un = std::mem::zeroed();
+        let mut name_len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        libc::getsockname(socket, (&raw mut name).cast(), &mut name_len);
+        let taken = name.sun_path[1..]
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8 as char)
+            .collect::<String>();
+        Ok(format!("listening on @{taken}"))
+    }
 }
 
 /// Binds one end of a (stream) socket pair to the abstract name `name`, which then is taken
