@@ -667,33 +667,10 @@ const NO_NAMESPACES_ENV: &str = "AIRLOCK_TEST_NO_NAMESPACES";
 #[test]
 fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
     let name = "best_effort_starts_a_confined_worker_where_namespaces_are_unavailable";
-    if std::env::var_os(NO_NAMESPACES_ENV).is_none() {
-        if !rustix::process::geteuid().is_root() {
-            // Only a namespace's root may lower `max_user_namespaces`, and an unprivileged
-            // host mapped to root there would take itself for a root host.
-            eprintln!("skipped: only root can take user namespaces away and keep its own ids");
-            return;
-        }
-        let output = airlock_tests::support::run_without_user_namespaces(
-            &std::env::current_exe().unwrap(),
-            &["--exact", name, "--nocapture"],
-            &[(NO_NAMESPACES_ENV, "1")],
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("1 passed"),
-            "without namespaces ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
+    if !in_a_rerun_without_user_namespaces(name, false) {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    two_thread_runtime().block_on(async {
         let refused = Host::builder(attack_bin()).spawn().await;
         assert!(
             matches!(
@@ -809,38 +786,10 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
 #[test]
 fn a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket() {
     let name = "a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket";
-    if std::env::var_os(NO_NAMESPACES_ENV).is_none() {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: only root can take user namespaces away");
-            return;
-        }
-        let Ok(setpriv) = which("setpriv") else {
-            panic!("setpriv (util-linux) is needed to run the host unprivileged");
-        };
-        let exe = std::env::current_exe().unwrap();
-        let exe = exe.to_str().unwrap();
-        let mut args = airlock_tests::support::AS_NOBODY.to_vec();
-        args.extend([exe, "--exact", name, "--nocapture"]);
-        let output = airlock_tests::support::run_without_user_namespaces(
-            &setpriv,
-            &args,
-            &[(NO_NAMESPACES_ENV, "1")],
-        );
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("1 passed"),
-            "unprivileged, without namespaces ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
+    if !in_a_rerun_without_user_namespaces(name, true) {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    two_thread_runtime().block_on(async {
         let dir = ScratchDir::new("named-no-namespaces");
         let victim_path = dir.join("victim.sock");
         let victim = std::os::unix::net::UnixDatagram::bind(&victim_path).unwrap();
@@ -882,6 +831,54 @@ fn a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket() {
         assert_eq!(&received[..n], b"forged by the worker");
         assert!(victim.recv(&mut received).is_err(), "a confined worker's datagram arrived");
     });
+}
+
+/// True in the re-run of test `name` without user namespaces. Otherwise (root only: only a
+/// namespace's root may lower `max_user_namespaces`) runs test `name` of this binary again in
+/// a user namespace that may create no more, as uid 65534 when `as_nobody`, asserts that it
+/// passed there, and returns false.
+fn in_a_rerun_without_user_namespaces(name: &str, as_nobody: bool) -> bool {
+    if std::env::var_os(NO_NAMESPACES_ENV).is_some() {
+        return true;
+    }
+    if !rustix::process::geteuid().is_root() {
+        // An unprivileged host mapped to root in the namespace would take itself for root.
+        eprintln!("skipped: only root can take user namespaces away and keep its own ids");
+        return false;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let mut command = vec![exe, "--exact", name, "--nocapture"];
+    let setpriv;
+    if as_nobody {
+        let Ok(found) = which("setpriv") else {
+            panic!("setpriv (util-linux) is needed to run the host unprivileged");
+        };
+        setpriv = found;
+        let nobody = airlock_tests::support::AS_NOBODY;
+        command = [&[setpriv.to_str().unwrap()], &nobody[..], &command[..]].concat();
+    }
+    let output = airlock_tests::support::run_without_user_namespaces(
+        std::path::Path::new(command[0]),
+        &command[1..],
+        &[(NO_NAMESPACES_ENV, "1")],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "without user namespaces ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    false
+}
+
+fn two_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn which(program: &str) -> std::io::Result<std::path::PathBuf> {
