@@ -98,15 +98,30 @@ fn unsupported(err: ConfineError) -> ConfinementError {
     }
 }
 
+/// A rule of one condition on argument `index`.
 fn condition(
     index: u8,
     len: SeccompCmpArgLen,
     op: SeccompCmpOp,
     value: u64,
 ) -> Result<SeccompRule, ConfinementError> {
-    let cond = SeccompCondition::new(index, len, op, value)
-        .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))?;
-    SeccompRule::new(vec![cond]).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+    all_of(vec![argument(index, len, op, value)?])
+}
+
+/// A condition on argument `index`.
+fn argument(
+    index: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, ConfinementError> {
+    SeccompCondition::new(index, len, op, value)
+        .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+}
+
+/// A rule that matches when all of `conditions` hold.
+fn all_of(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, ConfinementError> {
+    SeccompRule::new(conditions).map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
 }
 
 /// System V IPC and POSIX message queues. Without an IPC namespace of its own these reach
@@ -213,14 +228,9 @@ fn family_not_in(allowed: &[i32]) -> Result<Vec<SeccompRule>, ConfinementError> 
     }
     let conditions = allowed
         .iter()
-        .map(|family| {
-            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *family as u64)
-                .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
-        })
+        .map(|family| argument(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *family as u64))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(vec![SeccompRule::new(conditions).map_err(|e| {
-        unsupported(ConfineError::Compile(e.to_string()))
-    })?])
+    Ok(vec![all_of(conditions)?])
 }
 
 /// The host's filters, in the order the child installs them; compiled once per kind of
@@ -260,20 +270,13 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
             [libc::SO_PASSCRED, SO_PASSPIDFD]
                 .into_iter()
                 .map(|option| {
-                    let condition = |index, value| {
-                        SeccompCondition::new(
-                            index,
-                            SeccompCmpArgLen::Dword,
-                            SeccompCmpOp::Eq,
-                            value,
-                        )
-                        .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
+                    let equal = |index, value| {
+                        argument(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
                     };
-                    SeccompRule::new(vec![
-                        condition(1, libc::SOL_SOCKET as u64)?,
-                        condition(2, option as u64)?,
+                    all_of(vec![
+                        equal(1, libc::SOL_SOCKET as u64)?,
+                        equal(2, option as u64)?,
                     ])
-                    .map_err(|e| unsupported(ConfineError::Compile(e.to_string())))
                 })
                 .collect::<Result<_, _>>()?,
         );

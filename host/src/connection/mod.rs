@@ -381,7 +381,7 @@ impl Core {
 mod tests {
     use airlock_protocol::{HostConfig, WorkerConfig, WorkerSession};
 
-    use super::recording::recording;
+    use super::recording::recording_wire;
     use super::*;
     use crate::host::decode_response;
     use crate::reply::Cells;
@@ -417,8 +417,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let (outgoing, writes) = recording();
-            let wire = Arc::new(Wire::new(outgoing, true));
+            let (wire, writes) = recording_wire();
             let live = Arc::new(Live::new(None));
             let mut core = Core::new(1, ready_session(), Arc::clone(&wire));
             core.accepting = true;

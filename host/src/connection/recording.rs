@@ -8,6 +8,8 @@ use airlock_protocol::transport::{FrameSender, Outgoing, SendProgress};
 use airlock_protocol::{Transmit, TransportError};
 use bytes::Bytes;
 
+use super::wire::Wire;
+
 /// The heads of every write so far, one list per write.
 pub(super) type Writes = Arc<Mutex<Vec<Vec<Bytes>>>>;
 
@@ -31,11 +33,10 @@ impl FrameSender for Recorder {
     }
 }
 
-/// An outgoing side that records its writes into the returned list.
-pub(super) fn recording() -> (Outgoing, Writes) {
+/// A wire (callers may write directly) whose writes are recorded into the returned list.
+/// Must be made inside a runtime, as every `Wire`.
+pub(super) fn recording_wire() -> (Arc<Wire>, Writes) {
     let writes = Writes::default();
-    (
-        Outgoing::new(Box::new(Recorder(Arc::clone(&writes)))),
-        writes,
-    )
+    let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
+    (Arc::new(Wire::new(outgoing, true)), writes)
 }

@@ -272,7 +272,7 @@ pub(super) fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::recording::recording;
+    use crate::connection::recording::recording_wire;
     use bytes::Bytes;
 
     fn frame(name: &'static [u8]) -> Vec<Transmit> {
@@ -289,8 +289,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let (outgoing, writes) = recording();
-            let wire = Arc::new(Wire::new(outgoing, true));
+            let (wire, writes) = recording_wire();
             let writer = tokio::spawn(drive_writes(Arc::clone(&wire), Arc::new(Live::new(None))));
             // The first caller became the writer and leaves its write to the writer task; two
             // more callers, ready to run, queue theirs (and write them themselves if they find
