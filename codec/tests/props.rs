@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use airlock_codec::{from_slice, from_value, to_value, to_vec, Key, Limits, Value};
+use airlock_codec::{
+    append_to_vec, from_slice, from_value, to_extend, to_value, to_vec, Key, Limits, Value,
+};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +135,15 @@ proptest! {
     fn typed_round_trip(r in record()) {
         let bytes = to_vec(&r).unwrap();
         prop_assert_eq!(from_slice::<Record>(&bytes, &Limits::default()).unwrap(), r);
+    }
+
+    /// The three ways to encode into a buffer write the same bytes: `to_vec` and
+    /// `append_to_vec` (whole-slice copies) are postcard's own encoding, as `to_extend` is.
+    #[test]
+    fn every_encoder_writes_postcards_bytes(r in record(), before in proptest::collection::vec(any::<u8>(), 0..8)) {
+        let postcard = to_extend(&r, before.clone()).unwrap();
+        prop_assert_eq!(&append_to_vec(&r, before.clone()).unwrap(), &postcard);
+        prop_assert_eq!(&to_vec(&r).unwrap(), &postcard[before.len()..]);
     }
 
     #[test]

@@ -41,7 +41,8 @@
 //! ([`HostBuilder::limits`]) is logged at WARN on target `airlock::host`, with the budget, the
 //! method and the worker's label, before the worker is killed: it cannot know the host's
 //! budgets, and that line is how its operator learns why it went. Byte buffers: see
-//! `airlock_codec`'s docs (a plain `Vec<u8>` works; a `serde_bytes` field is faster).
+//! `airlock_codec`'s docs (a plain `Vec<u8>` works; a `serde_bytes` field is faster); a large
+//! [`Blob`] in a response is taken from the received frame without a copy.
 //!
 //! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
 //! to it and deny service to them; it cannot answer another call, run code in the host, or
@@ -143,7 +144,7 @@ pub use streaming::CallStream;
 // Everything a host program names, so `airlock-host` is its one airlock dependency.
 pub use airlock_codec::{DecodeError, EncodeError, Key, Limits, Value};
 pub use airlock_protocol::{
-    is_valid_method_name, method, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
+    is_valid_method_name, method, Blob, ConfigError, ErrorKind, HostConfig, Method, RefuseReason,
     RemoteError, Streaming, Violation, ViolationCode, DEFAULT_CANCEL_GRACE, MAX_TIMEOUT,
     PROTOCOL_VERSION,
 };

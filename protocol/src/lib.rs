@@ -50,6 +50,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod blob;
 mod error;
 pub mod frame;
 mod framing;
@@ -62,6 +63,7 @@ mod session;
 pub mod spin;
 pub mod transport;
 
+pub use blob::Blob;
 pub use error::{
     BeginCallError, ConfigError, DecodeFrameError, FrameError, Received, ReplyError,
     TransportError, Violation, ViolationCode,

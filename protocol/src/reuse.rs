@@ -47,7 +47,7 @@ static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
     let len = airlock_codec::encoded_len(value)?;
     let buffer = take(len).unwrap_or_else(|| Vec::with_capacity(len));
-    airlock_codec::to_extend(value, buffer)
+    airlock_codec::append_to_vec(value, buffer)
 }
 
 /// The smallest empty kept buffer with room for `len` bytes, if one is free and `len` is large

@@ -568,6 +568,10 @@ fn typed_cases() -> BTreeMap<&'static str, TypedCase> {
             "ByteBuf::from([1, 2, 3])",
             typed(ByteBuf::from(vec![1, 2, 3])),
         ),
+        (
+            "Blob::from(vec![1, 2, 3])",
+            typed(airlock_protocol::Blob::from(vec![1, 2, 3])),
+        ),
         ("None::<u8>", typed(None::<u8>)),
         ("Some(5u8)", typed(Some(5u8))),
         ("()", typed(())),

@@ -111,3 +111,60 @@ async fn a_half_written_request_keeps_its_buffer_while_another_workers_requests_
     stalled.shutdown().await;
     other.shutdown().await;
 }
+
+/// `Blob` bodies, which each side's decode takes from the received frame instead of copying:
+/// large and small, one after another and several at once, each arrives exactly as sent both
+/// ways, and every answer kept keeps its own bytes while later frames are read behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_answers_kept_across_later_frames_keep_their_own_bytes() {
+    use airlock_host::Blob;
+    use airlock_protocol::blob::LENT_FROM;
+    use airlock_worker::builtin::EchoBlob;
+
+    let host = Host::builder(worker_bin()).spawn().await.unwrap();
+    let payload = |len: usize, seed: u8| {
+        Blob::from(
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let sizes = [
+        LENT_FROM,
+        3 << 20,
+        LENT_FROM - 1,
+        (2 << 20) + 5,
+        10,
+        1 << 20,
+    ];
+    let mut kept = Vec::new();
+    for (seed, len) in sizes.into_iter().enumerate() {
+        let sent = payload(len, seed as u8);
+        let got = host.call::<EchoBlob>(&sent).await.unwrap();
+        kept.push((sent, got));
+    }
+    let together: Vec<_> = sizes
+        .into_iter()
+        .enumerate()
+        .map(|(seed, len)| payload(len, 100 + seed as u8))
+        .collect();
+    let calls: Vec<_> = together
+        .iter()
+        .map(|sent| {
+            let (host, sent) = (host.clone(), sent.clone());
+            tokio::spawn(async move { host.call::<EchoBlob>(&sent).await })
+        })
+        .collect();
+    for (sent, call) in together.into_iter().zip(calls) {
+        kept.push((sent, call.await.unwrap().unwrap()));
+    }
+    // More frames through the same buffers after all of the above were answered.
+    for seed in 0..3u8 {
+        let sent = payload(4 << 20, 200 + seed);
+        assert_eq!(host.call::<EchoBlob>(&sent).await.unwrap(), sent);
+    }
+    for (i, (sent, got)) in kept.iter().enumerate() {
+        assert!(got == sent, "answer {i} ({} bytes) changed", sent.len());
+    }
+    host.shutdown().await;
+}

@@ -14,6 +14,10 @@ crate::method!(
     /// Returns its payload unchanged.
     pub Echo, "echo", ByteBuf => ByteBuf);
 crate::method!(
+    /// Returns its payload unchanged, as a [`Blob`](crate::Blob): a large one is decoded
+    /// without a copy, on the host's side as on the worker's.
+    pub EchoBlob, "echo_blob", crate::Blob => crate::Blob);
+crate::method!(
     /// Returns its payload unchanged, as a plain `Vec<u8>` (no `serde_bytes`): budgeted as bytes
     /// like a byte string, but encoded and decoded one element at a time.
     pub EchoVec, "echo_vec", Vec<u8> => Vec<u8>);
@@ -102,6 +106,7 @@ pub fn builtin_worker() -> Worker {
         .method::<Echo, _, _>(|payload| async move { Ok(payload) })
         .value_method(ECHO_VALUE, |value| async move { Ok(value) })
         .method::<EchoVec, _, _>(|payload| async move { Ok(payload) })
+        .method::<EchoBlob, _, _>(|payload| async move { Ok(payload) })
         .method::<Sum, _, _>(|values| async move {
             values
                 .iter()

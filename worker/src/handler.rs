@@ -26,7 +26,7 @@ pub(crate) type AsyncHandler =
 
 /// A blocking handler: decodes the request within the budgets, runs the user's function and
 /// encodes its response, all on the thread that calls it.
-pub(crate) type BlockingHandler = Arc<dyn Fn(&[u8], &Limits, &CancelToken) -> Reply + Send + Sync>;
+pub(crate) type BlockingHandler = Arc<dyn Fn(&Bytes, &Limits, &CancelToken) -> Reply + Send + Sync>;
 
 /// A registered method, as the serving loop runs it.
 #[derive(Clone)]
@@ -49,6 +49,11 @@ pub(crate) trait Bodies: 'static {
     type Response: Send + 'static;
     /// Decodes a request within the worker's budgets.
     fn decode(body: &[u8], limits: &Limits) -> Result<Self::Request, DecodeError>;
+    /// [`decode`](Self::decode), with `body` lent to the request's large
+    /// [`Blob`](airlock_protocol::Blob)s (they keep the frame's bytes instead of copying them).
+    fn lend(body: &Bytes, limits: &Limits) -> Result<Self::Request, DecodeError> {
+        airlock_protocol::blob::lending(body, || Self::decode(body, limits))
+    }
     /// Encodes a response.
     fn encode(response: &Self::Response) -> Result<Vec<u8>, EncodeError>;
 }
@@ -131,7 +136,7 @@ where
                 // Decoded inside the call's future: a panicking `Deserialize` is this call's
                 // `Panic`, not the serving loop's death. A large body's call runs in a task of its
                 // own from its first poll, so its decoding does not stall other calls.
-                let request = B::decode(&body, &limits).map_err(bad_request)?;
+                let request = B::lend(&body, &limits).map_err(bad_request)?;
                 encode_response::<B>(handler(request, context).await)
             })
         },
@@ -157,8 +162,8 @@ where
     F: Fn(B::Request, &CancelToken) -> Result<B::Response, HandlerError> + Send + Sync + 'static,
 {
     ErasedHandler::Blocking {
-        run: Arc::new(move |body: &[u8], limits: &Limits, token: &CancelToken| {
-            let request = B::decode(body, limits).map_err(bad_request)?;
+        run: Arc::new(move |body: &Bytes, limits: &Limits, token: &CancelToken| {
+            let request = B::lend(body, limits).map_err(bad_request)?;
             encode_response::<B>(handler(request, token))
         }),
         watches_token,

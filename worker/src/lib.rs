@@ -58,4 +58,4 @@ pub use worker::{Worker, DEFAULT_MAX_CONCURRENCY};
 
 // Everything a worker program names, so `airlock-worker` is its one airlock dependency.
 pub use airlock_codec::{Limits, Value};
-pub use airlock_protocol::{method, ErrorKind, Method, RemoteError, Streaming};
+pub use airlock_protocol::{method, Blob, ErrorKind, Method, RemoteError, Streaming};

@@ -30,9 +30,12 @@ pub(super) fn deliver(
     let Some(first) = returned else {
         return false;
     };
-    // A refusal is logged, with the budget and the method, before the worker is cut off.
+    // A refusal is logged, with the budget and the method, before the worker is cut off. The
+    // body is lent to the `Blob`s in the response: a large one keeps the frame's bytes.
     let decode = |returned: Returned| {
-        let decoded = returned.reply.returned(&returned.body, limits);
+        let body = &returned.body;
+        let reply = returned.reply;
+        let decoded = airlock_protocol::blob::lending(body, || reply.returned(body, limits));
         if let Err((_, err)) = &decoded {
             limits.refused(&returned.method, err);
         }
