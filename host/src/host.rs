@@ -471,6 +471,13 @@ impl Host {
         self.shared.alive.load(Ordering::Relaxed)
     }
 
+    /// True while a worker takes calls at once: connected, through its handshake and
+    /// verification, and neither shutting down nor lost. False while a worker is started,
+    /// reaped or replaced; a call made then waits for the next worker (or its deadline).
+    pub fn is_taking_calls(&self) -> bool {
+        self.shared.live.taking_calls()
+    }
+
     /// What the first worker said about itself in its handshake, and the confinement it was
     /// verified to run under.
     pub fn worker_info(&self) -> &WorkerInfo {

@@ -170,22 +170,18 @@ impl Pool {
         other.call_with_deadline::<M>(request, deadline).await
     }
 
-    /// The live worker with the fewest calls in flight other than `lost`, or `lost` itself
+    /// The live worker other than `lost` that [`pick`](Self::pick) prefers, or `lost` itself
     /// (its replacement) when it is the only one alive.
     fn pick_other_than<'a>(&'a self, lost: &'a Host) -> Option<&'a Host> {
-        self.hosts
-            .iter()
-            .filter(|h| h.is_alive() && !h.same_host(lost))
-            .min_by_key(|h| h.in_flight())
+        least_busy(self.hosts.iter().filter(|h| !h.same_host(lost)))
             .or_else(|| lost.is_alive().then_some(lost))
     }
 
+    /// The worker a call goes to: of those taking calls now, the one with the fewest calls in
+    /// flight; only when none is (all starting, reaped or replaced) the live one with the
+    /// fewest, where the call waits for its next worker.
     pub(crate) fn pick(&self) -> Result<&Host, CallError> {
-        self.hosts
-            .iter()
-            .filter(|h| h.is_alive())
-            .min_by_key(|h| h.in_flight())
-            .ok_or(CallError::Shutdown)
+        least_busy(self.hosts.iter()).ok_or(CallError::Shutdown)
     }
 
     /// The pool's workers.
@@ -209,6 +205,17 @@ impl Pool {
             host.shutdown().await;
         }
     }
+}
+
+/// Of `hosts`, the one [`Pool::pick`] prefers: taking calls, then fewest in flight; a live one
+/// that is not taking calls only when no host is.
+fn least_busy<'a>(hosts: impl Iterator<Item = &'a Host> + Clone) -> Option<&'a Host> {
+    let alive = hosts.filter(|h| h.is_alive());
+    alive
+        .clone()
+        .filter(|h| h.is_taking_calls())
+        .min_by_key(|h| h.in_flight())
+        .or_else(|| alive.min_by_key(|h| h.in_flight()))
 }
 
 #[cfg(test)]

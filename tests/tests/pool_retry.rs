@@ -1,13 +1,17 @@
-//! A `Pool` may retry, once and on another worker, a call lost to another call's failure, when
-//! it is asked to (`PoolBuilder::retry_lost_calls`) and the method declares itself safe to run
-//! twice (`Method::IDEMPOTENT`). Shown with the rogue worker: a victim call stops its worker
-//! for good (`hang`) and times out; when the cancel grace ends the worker is killed, and the
-//! neighbour call that was on it is lost with `OtherCallTimedOut`.
+//! How a `Pool` routes calls around a worker it is losing.
+//!
+//! A call goes to a worker taking calls now: not to one being reaped or replaced while a
+//! sibling could answer. And a `Pool` may retry, once and on another worker, a call lost to
+//! another call's failure, when it is asked to (`PoolBuilder::retry_lost_calls`) and the method
+//! declares itself safe to run twice (`Method::IDEMPOTENT`). Shown with the rogue worker: a
+//! victim call stops its worker for good (`hang`) and times out; when the cancel grace ends
+//! the worker is killed, and the neighbour call that was on it is lost with
+//! `OtherCallTimedOut`.
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{CallError, HostConfig, LostReason, Pool, PoolStats};
-use airlock_tests::e2e::rogue_host;
+use airlock_host::{CallError, Host, HostConfig, LostReason, Pool, PoolStats, RestartPolicy};
+use airlock_tests::e2e::{rogue_host, worker_bin};
 use airlock_worker::builtin::Sleep;
 
 airlock_host::method!(
@@ -133,4 +137,61 @@ async fn with_the_option_a_method_not_declared_idempotent_is_not_retried() {
         Err(CallError::WorkerLost(LostReason::OtherCallTimedOut))
     );
     assert_eq!(run.stats.workers[1].methods["sleep"].calls(), 2);
+}
+
+/// While a worker is replaced (here its replacement waits out a 2 s restart backoff), the
+/// pool's calls go to its sibling, which answers at once, instead of waiting for the
+/// replacement: the two are equally idle by their calls in flight, and the worker being
+/// replaced comes first in the pool.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_goes_to_a_worker_taking_calls_not_to_one_being_replaced() {
+    let builder = Host::builder(worker_bin())
+        .protocol(HostConfig::default().cancel_grace(Duration::ZERO).unwrap())
+        .restart_policy(RestartPolicy {
+            initial_backoff: Duration::from_secs(2),
+            ..RestartPolicy::default()
+        });
+    let pool = Pool::builder(builder).size(2).spawn().await.unwrap();
+    let (replaced, sibling) = (&pool.hosts()[0], &pool.hosts()[1]);
+    assert!(replaced.is_taking_calls() && sibling.is_taking_calls());
+    let first_pid = replaced.worker_pid();
+
+    // Its call times out and, with no cancel grace, the worker is killed.
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let lost = replaced.call_with_deadline::<Sleep>(&5_000, deadline).await;
+    assert_eq!(lost, Err(CallError::Timeout));
+    let waited = Instant::now();
+    while replaced.is_taking_calls() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(1),
+            "worker 0 still takes calls"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((replaced.in_flight(), sibling.in_flight()), (0, 0));
+    assert!(replaced.is_alive(), "being replaced, not given up on");
+
+    let started = Instant::now();
+    let answer = pool.call::<Sleep>(&10).await;
+    let took = started.elapsed();
+    assert_eq!(answer, Ok(10));
+    assert!(
+        took < Duration::from_secs(1),
+        "the call waited {took:?}: it went to the worker being replaced"
+    );
+    let stats = pool.stats();
+    assert_eq!(
+        stats.workers[1].methods["sleep"].ok, 1,
+        "the sibling answered"
+    );
+    assert_eq!(
+        replaced.worker_pid(),
+        first_pid,
+        "answered before the replacement was started"
+    );
+    pool.shutdown().await;
+    assert!(
+        !sibling.is_taking_calls(),
+        "a shut-down worker takes no calls"
+    );
 }

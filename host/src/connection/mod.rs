@@ -63,6 +63,10 @@ use crate::{CallError, LostReason};
 /// it holds a [`Core`] while a worker is connected.
 pub(crate) struct Live {
     core: Mutex<Option<Core>>,
+    /// Whether a worker is taking calls (a core is here and [`Core::accepting`]), as of the
+    /// last time the lock was released: what a `Pool` reads to prefer such a worker, without
+    /// taking the lock.
+    taking_calls: AtomicBool,
     /// Wakes the supervisor: events it must handle, a failed write, or a deadline earlier
     /// than its timer.
     pub(crate) wake: Notify,
@@ -91,6 +95,33 @@ impl std::fmt::Debug for Live {
     }
 }
 
+/// The core, locked. Every change to whether a worker takes calls is made under the lock, so
+/// [`Live::taking_calls`] is brought up to date as the lock is released, wherever that is.
+pub(crate) struct CoreGuard<'a> {
+    core: MutexGuard<'a, Option<Core>>,
+    taking_calls: &'a AtomicBool,
+}
+
+impl std::ops::Deref for CoreGuard<'_> {
+    type Target = Option<Core>;
+    fn deref(&self) -> &Option<Core> {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Option<Core> {
+        &mut self.core
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        let taking = self.core.as_ref().is_some_and(|core| core.accepting);
+        self.taking_calls.store(taking, Ordering::Relaxed);
+    }
+}
+
 /// Who is acting on the core: it decides whether that party may write to the channel itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Party {
@@ -108,6 +139,7 @@ impl Live {
     pub(crate) fn new(spin: Option<Duration>) -> Self {
         Self {
             core: Mutex::new(None),
+            taking_calls: AtomicBool::new(false),
             wake: Notify::new(),
             spin,
             spin_until: AtomicU64::new(0),
@@ -144,10 +176,21 @@ impl Live {
 
     /// The core, even if a thread panicked while holding it (every update to it is complete
     /// before anything that can panic runs).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Core>> {
-        self.core
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn lock(&self) -> CoreGuard<'_> {
+        CoreGuard {
+            core: self
+                .core
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            taking_calls: &self.taking_calls,
+        }
+    }
+
+    /// Whether a worker is taking calls: connected, ready and verified, and not shutting down
+    /// or lost. False while a worker starts, is replaced or is reaped (a call made then waits
+    /// for the next worker).
+    pub(crate) fn taking_calls(&self) -> bool {
+        self.taking_calls.load(Ordering::Relaxed)
     }
 
     /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
