@@ -580,7 +580,7 @@ fn bulk_row<'a>(
         row: Row::new(
             bulk_row_name(len),
             Unit::GigaBytesPerSec,
-            &format!("Host::call EchoBlob {mib} MiB (airlock::Blob)"),
+            &format!("Host::call EchoBlob {mib} MiB (airlock_host::Blob)"),
             &[
                 "raw pipe, store and forward",
                 "raw pipe, streaming",

@@ -23,11 +23,13 @@
 //! # What a lent `Blob` holds
 //! A `Blob` is lent the frame's buffer only when that costs no more memory than a copy would
 //! within a small factor: when it is at least [`LENT_FROM`] bytes long and at least half the
-//! body being decoded. A receiver's frame buffer is at most about twice its frame, so a lent
-//! `Blob` keeps at most about four times its own length alive; anything smaller is copied, as
-//! a `ByteBuf` is. Outside [`lending`] (decoded from a plain slice, from a progress update, or
-//! by another deserializer) a `Blob` is always a copy. The bytes a `Blob` shows are exactly
-//! its own: the rest of the buffer stays out of reach.
+//! body being decoded. A frame that long is read into a buffer of its own, which holds no
+//! other frame and is at most about twice the frame
+//! ([`FrameDecoder`](crate::FrameDecoder)), so a lent `Blob` keeps at most about four times its
+//! own length alive, for as long as it lives; anything smaller is copied, as a `ByteBuf` is.
+//! Outside [`lending`] (decoded from a plain slice, from a progress update, or by another
+//! deserializer) a `Blob` is always a copy. The bytes a `Blob` shows are exactly its own: the
+//! rest of its frame stays in memory with it, out of reach.
 
 use std::cell::Cell;
 
@@ -36,8 +38,10 @@ use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Shortest byte string a decode under [`lending`] takes from the frame rather than copying:
-/// 64 KiB. A shorter one is cheap to copy, and a copy frees the receive buffer for reuse.
-pub const LENT_FROM: usize = 64 * 1024;
+/// 64 KiB, the size from which a frame is read into a buffer of its own
+/// ([`OWN_BUFFER_FROM`](crate::OWN_BUFFER_FROM)), so a lent `Blob` never shares its buffer with
+/// another frame. A shorter one is cheap to copy.
+pub const LENT_FROM: usize = crate::framing::OWN_BUFFER_FROM;
 
 /// A byte string, encoded as `serde_bytes::ByteBuf` is, that a large body's decode takes from
 /// the received frame without copying (see the [module docs](self)).

@@ -7,6 +7,12 @@ use crate::FrameError;
 /// Length of the prefix in front of every frame.
 pub const LENGTH_PREFIX: usize = 4;
 
+/// Frames at least this long are read into a buffer of their own: 64 KiB. Such a frame's
+/// buffer then holds that frame and nothing else (no earlier or later frame shares it), so a
+/// view kept into it, such as a lent [`Blob`](crate::Blob), keeps at most that one frame's
+/// buffer alive, and that buffer is at most about twice the frame.
+pub const OWN_BUFFER_FROM: usize = 64 * 1024;
+
 /// Splits a byte stream into frames, incrementally.
 ///
 /// Feed it chunks of any size, one byte at a time included, with [`FrameDecoder::extend`]; take
@@ -14,6 +20,8 @@ pub const LENGTH_PREFIX: usize = 4;
 /// more. A length over `max_frame` is refused from the four prefix bytes alone, before any
 /// buffer is reserved for the frame, and the buffer only ever holds bytes that really arrived.
 /// Frames are handed out as [`Bytes`] sharing the read buffer, so their bodies are not copied.
+/// A frame of at least [`OWN_BUFFER_FROM`] bytes gets a buffer of its own; when nothing refers
+/// to the last one any more and it is at most twice the next such frame, that frame reuses it.
 ///
 /// ```
 /// use airlock_protocol::FrameDecoder;
@@ -26,7 +34,13 @@ pub const LENGTH_PREFIX: usize = 4;
 /// ```
 #[derive(Debug)]
 pub struct FrameDecoder {
+    /// Prefixes and small frames, and whatever arrived behind the frame being read.
     buf: BytesMut,
+    /// The large frame being read (state [`DecodeState::Large`]); empty otherwise.
+    large: BytesMut,
+    /// The last large frame handed out: its buffer is reused for the next one if, by then,
+    /// nothing else refers to it and it is at most twice that frame.
+    last_large: Bytes,
     state: DecodeState,
     max_frame: u32,
 }
@@ -36,8 +50,12 @@ pub struct FrameDecoder {
 enum DecodeState {
     /// Waiting for the 4-byte length prefix.
     Head,
-    /// The prefix said `len` bytes follow; waiting for all of them.
+    /// The prefix said `len` bytes follow, fewer than [`OWN_BUFFER_FROM`]; waiting for all of
+    /// them in `buf`.
     Data(usize),
+    /// The prefix said `len` bytes follow, at least [`OWN_BUFFER_FROM`]; waiting for all of
+    /// them in `large`.
+    Large(usize),
     /// A refused prefix: the stream cannot be resynchronised, so nothing more is decoded.
     Failed(FrameError),
 }
@@ -47,6 +65,8 @@ impl FrameDecoder {
     pub fn new(max_frame: u32) -> Self {
         Self {
             buf: BytesMut::new(),
+            large: BytesMut::new(),
+            last_large: Bytes::new(),
             state: DecodeState::Head,
             max_frame,
         }
@@ -65,19 +85,31 @@ impl FrameDecoder {
 
     /// Appends bytes received from the peer. Once a frame was refused, input is ignored.
     pub fn extend(&mut self, data: &[u8]) {
-        if !matches!(self.state, DecodeState::Failed(_)) {
-            self.buf.extend_from_slice(data);
+        match self.state {
+            DecodeState::Failed(_) => {}
+            DecodeState::Large(len) => {
+                let (own, behind) =
+                    data.split_at(len.saturating_sub(self.large.len()).min(data.len()));
+                self.large.extend_from_slice(own);
+                self.buf.extend_from_slice(behind);
+            }
+            DecodeState::Head | DecodeState::Data(_) => self.buf.extend_from_slice(data),
         }
     }
 
-    /// The buffer a transport may read into directly (appending only), to save a copy.
+    /// The buffer a transport may read into directly (appending only), to save a copy. While a
+    /// large frame is read, that is the frame's own buffer: read at most [`wanted`](Self::wanted)
+    /// bytes into it.
     pub fn read_buffer(&mut self) -> &mut BytesMut {
-        &mut self.buf
+        match self.state {
+            DecodeState::Large(_) => &mut self.large,
+            _ => &mut self.buf,
+        }
     }
 
     /// Bytes received but not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + self.large.len()
     }
 
     /// Bytes the decoder needs before it can return the next frame: the rest of the prefix, or
@@ -86,6 +118,7 @@ impl FrameDecoder {
         match self.state {
             DecodeState::Head => LENGTH_PREFIX.saturating_sub(self.buf.len()),
             DecodeState::Data(len) => len.saturating_sub(self.buf.len()),
+            DecodeState::Large(len) => len.saturating_sub(self.large.len()),
             DecodeState::Failed(_) => 0,
         }
     }
@@ -119,7 +152,12 @@ impl FrameDecoder {
                         return Err(err);
                     }
                     self.buf.advance(LENGTH_PREFIX);
-                    self.state = DecodeState::Data(len as usize);
+                    let len = len as usize;
+                    if len < OWN_BUFFER_FROM {
+                        self.state = DecodeState::Data(len);
+                    } else {
+                        self.start_large(len);
+                    }
                 }
                 DecodeState::Data(len) => {
                     if self.buf.len() < len {
@@ -128,8 +166,43 @@ impl FrameDecoder {
                     self.state = DecodeState::Head;
                     return Ok(Some(self.buf.split_to(len).freeze()));
                 }
+                DecodeState::Large(len) => {
+                    if self.large.len() < len {
+                        return Ok(None);
+                    }
+                    self.state = DecodeState::Head;
+                    if self.large.len() > len {
+                        // A transport read past the frame: what follows it moves out, so the
+                        // frame's buffer holds only the frame.
+                        let behind = self.large.split_off(len);
+                        let mut rest = BytesMut::with_capacity(behind.len() + self.buf.len());
+                        rest.extend_from_slice(&behind);
+                        rest.extend_from_slice(&self.buf);
+                        self.buf = rest;
+                    }
+                    let frame = std::mem::take(&mut self.large).freeze();
+                    self.last_large = frame.clone();
+                    return Ok(Some(frame));
+                }
             }
         }
+    }
+
+    /// Enters [`DecodeState::Large`]: the last large frame's buffer if nothing refers to it
+    /// any more and it is at most twice this frame, else a new one grown as bytes arrive; what
+    /// already arrived of the frame (at most one read's worth) is moved into it.
+    fn start_large(&mut self, len: usize) {
+        let mut large = std::mem::take(&mut self.last_large)
+            .try_into_mut()
+            .ok()
+            .filter(|buffer| buffer.capacity() <= len.saturating_mul(2))
+            .unwrap_or_default();
+        large.clear();
+        let arrived = self.buf.len().min(len);
+        large.extend_from_slice(&self.buf[..arrived]);
+        self.buf.advance(arrived);
+        self.large = large;
+        self.state = DecodeState::Large(len);
     }
 
     /// Call at end of stream: an error if it ended inside a frame.
@@ -144,6 +217,10 @@ impl FrameDecoder {
             DecodeState::Data(len) => Err(FrameError::Truncated {
                 expected: len as u32,
                 received: self.buf.len() as u32,
+            }),
+            DecodeState::Large(len) => Err(FrameError::Truncated {
+                expected: len as u32,
+                received: self.large.len() as u32,
             }),
         }
     }

@@ -70,7 +70,7 @@ pub use error::{
 };
 pub(crate) use frame::body_frame_len;
 pub use frame::{decode_frame, Frame, FrameKind, RefuseReason, Transmit, Welcome, TOKEN_LEN};
-pub use framing::{FrameDecoder, LENGTH_PREFIX};
+pub use framing::{FrameDecoder, LENGTH_PREFIX, OWN_BUFFER_FROM};
 pub use id::{BuildIdHasher, CallId, IdHasher};
 pub use limits::check_timeout;
 pub use limits::{

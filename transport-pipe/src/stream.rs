@@ -214,12 +214,14 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             let read = if wanted > READ_CHUNK {
                 // The rest of a large frame: read straight into the frame's buffer (the one
                 // copy this side makes), growing it at most by what has already arrived
-                // again, so capacity never runs more than one step ahead of real bytes.
+                // again, so capacity never runs more than one step ahead of real bytes. Never
+                // past the frame: its buffer holds that frame alone.
                 let buffered = self.decoder.buffered();
                 let want = wanted.min(buffered.max(READ_CHUNK));
                 let buf = self.decoder.read_buffer();
                 buf.reserve(want);
-                let read = std::pin::pin!(self.reader.read_buf(buf)).poll(cx);
+                let mut within_frame = bytes::BufMut::limit(buf, want);
+                let read = std::pin::pin!(self.reader.read_buf(&mut within_frame)).poll(cx);
                 std::task::ready!(read).map_err(io_error)?
             } else {
                 // Prefixes and small frames: one read into the scratch buffer takes whatever
