@@ -13,12 +13,18 @@ pub const LENGTH_PREFIX: usize = 4;
 /// buffer alive, and that buffer is at most about twice the frame.
 pub const OWN_BUFFER_FROM: usize = 64 * 1024;
 
+/// Large frames under this length leave a free buffer too large for them aside instead of
+/// freeing it: 1 MiB. The frame's own buffer, beside the one kept, is then at most about twice
+/// this.
+const KEEP_ASIDE_BELOW: usize = 1024 * 1024;
+
 /// Splits a byte stream into frames, incrementally.
 ///
 /// Feed it chunks of any size, one byte at a time included, with [`FrameDecoder::extend`]; take
 /// complete frames with [`FrameDecoder::next_frame`], which answers `Ok(None)` while it needs
 /// more. A length over `max_frame` is refused from the four prefix bytes alone, before any
-/// buffer is reserved for the frame, and the buffer only ever holds bytes that really arrived.
+/// buffer is reserved for the frame, and the buffers grow only as bytes arrive (into
+/// [`read_buffer`](Self::read_buffer), by as much as the transport reserves ahead).
 /// Frames are handed out as [`Bytes`] sharing the read buffer, so their bodies are not copied.
 /// A frame of at least [`OWN_BUFFER_FROM`] bytes gets a buffer of its own; when nothing refers
 /// to the last one any more and it is at most twice the next such frame, that frame reuses it.
@@ -41,6 +47,9 @@ pub struct FrameDecoder {
     /// The last large frame handed out: its buffer is reused for the next one if, by then,
     /// nothing else refers to it and it is at most twice that frame.
     last_large: Bytes,
+    /// A free buffer too large for the frames of under [`KEEP_ASIDE_BELOW`] read since: kept
+    /// for the next frame it fits instead of being freed and grown again.
+    spare: BytesMut,
     state: DecodeState,
     max_frame: u32,
 }
@@ -67,6 +76,7 @@ impl FrameDecoder {
             buf: BytesMut::new(),
             large: BytesMut::new(),
             last_large: Bytes::new(),
+            spare: BytesMut::new(),
             state: DecodeState::Head,
             max_frame,
         }
@@ -102,7 +112,8 @@ impl FrameDecoder {
     /// bytes into it.
     pub fn read_buffer(&mut self) -> &mut BytesMut {
         match self.state {
-            DecodeState::Large(_) => &mut self.large,
+            // Once bytes behind the frame have arrived (in `buf`), later ones go after them.
+            DecodeState::Large(_) if self.buf.is_empty() => &mut self.large,
             _ => &mut self.buf,
         }
     }
@@ -188,15 +199,41 @@ impl FrameDecoder {
         }
     }
 
-    /// Enters [`DecodeState::Large`]: the last large frame's buffer if nothing refers to it
-    /// any more and it is at most twice this frame, else a new one grown as bytes arrive; what
-    /// already arrived of the frame (at most one read's worth) is moved into it.
+    /// Enters [`DecodeState::Large`]: a free buffer of at most twice this frame if there is
+    /// one (the last large frame's, once nothing refers to it, or the spare), else a new one
+    /// grown as bytes arrive; what already arrived of the frame (at most one read's worth) is
+    /// moved into it. A free buffer too large for this frame is kept aside as the spare while
+    /// the frame is small (under [`KEEP_ASIDE_BELOW`]), so traffic that alternates large and
+    /// small frames does not free and regrow it each time; beside a larger frame it is freed,
+    /// so the decoder never holds two large buffers.
     fn start_large(&mut self, len: usize) {
-        let mut large = std::mem::take(&mut self.last_large)
-            .try_into_mut()
-            .ok()
-            .filter(|buffer| buffer.capacity() <= len.saturating_mul(2))
-            .unwrap_or_default();
+        let fits = |buffer: &BytesMut| buffer.capacity() <= len.saturating_mul(2);
+        let last = std::mem::take(&mut self.last_large).try_into_mut().ok();
+        let spare = Some(std::mem::take(&mut self.spare)).filter(|b| b.capacity() > 0);
+        // Of the free buffers, the largest that fits is used; the other is left unused.
+        let (chosen, unused) = match (last, spare) {
+            (Some(a), Some(b)) => {
+                let (larger, smaller) = if a.capacity() >= b.capacity() {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                match (fits(&larger), fits(&smaller)) {
+                    (true, _) => (Some(larger), Some(smaller)),
+                    (false, true) => (Some(smaller), Some(larger)),
+                    (false, false) => (None, Some(larger)),
+                }
+            }
+            (Some(free), None) | (None, Some(free)) if fits(&free) => (Some(free), None),
+            (Some(free), None) | (None, Some(free)) => (None, Some(free)),
+            (None, None) => (None, None),
+        };
+        if len < KEEP_ASIDE_BELOW {
+            if let Some(unused) = unused {
+                self.spare = unused;
+            }
+        }
+        let mut large = chosen.unwrap_or_default();
         large.clear();
         let arrived = self.buf.len().min(len);
         large.extend_from_slice(&self.buf[..arrived]);

@@ -1,6 +1,12 @@
 //! The incremental frame decoder.
 
-use airlock_protocol::{FrameDecoder, FrameError};
+use airlock_protocol::{FrameDecoder, FrameError, OWN_BUFFER_FROM};
+use airlock_test_support::alloc::{self, CountingAlloc};
+use proptest::prelude::*;
+
+// Counts are per thread: a test reads what its own decoder holds.
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 #[test]
 fn frame_split_into_single_bytes_is_reassembled() {
@@ -128,7 +134,6 @@ fn alone_in_its_buffer(frame: bytes::Bytes) -> bool {
 /// a small frame kept after a large one would keep the large one's buffer alive.)
 #[test]
 fn a_large_frame_shares_its_buffer_with_no_other_frame() {
-    use airlock_protocol::OWN_BUFFER_FROM;
     let payloads = vec![
         vec![1u8; 10],
         vec![2u8; OWN_BUFFER_FROM + 1000],
@@ -166,7 +171,6 @@ fn a_large_frame_shares_its_buffer_with_no_other_frame() {
 /// leave what it read there: the bytes behind the frame move out, and come next.
 #[test]
 fn bytes_read_past_a_large_frame_move_out_of_its_buffer() {
-    use airlock_protocol::OWN_BUFFER_FROM;
     let payloads = vec![vec![7u8; 2 * OWN_BUFFER_FROM], vec![8u8; 40]];
     let wire = framed(&payloads);
     let mut decoder = FrameDecoder::new(1 << 20);
@@ -188,7 +192,6 @@ fn bytes_read_past_a_large_frame_move_out_of_its_buffer() {
 /// only then: a frame still kept keeps its bytes.
 #[test]
 fn a_large_frames_buffer_is_reused_only_once_nothing_refers_to_it() {
-    use airlock_protocol::OWN_BUFFER_FROM;
     let mut decoder = FrameDecoder::new(1 << 20);
     let mut receive = |payload: Vec<u8>| {
         decoder.extend(&framed(&[payload])[..]);
@@ -214,4 +217,267 @@ fn a_large_frames_buffer_is_reused_only_once_nothing_refers_to_it() {
         at,
         "a buffer over twice the frame is not reused for it"
     );
+}
+
+/// Bytes read into `read_buffer` after an `extend` that completed a large frame and carried
+/// bytes behind it come after those bytes, not before.
+#[test]
+fn bytes_read_after_bytes_behind_a_large_frame_keep_their_order() {
+    let big = vec![1u8; OWN_BUFFER_FROM];
+    let wire = framed(&[big, b"AAAA".to_vec(), b"BBBB".to_vec()]);
+    let mut decoder = FrameDecoder::new(1 << 20);
+    decoder.extend(&wire[..100]);
+    assert_eq!(decoder.next_frame(), Ok(None));
+    let frame_end = 4 + OWN_BUFFER_FROM;
+    decoder.extend(&wire[100..frame_end + 8]);
+    decoder
+        .read_buffer()
+        .extend_from_slice(&wire[frame_end + 8..]);
+    let mut frames = Vec::new();
+    while let Some(frame) = decoder.next_frame().unwrap() {
+        frames.push(frame);
+    }
+    assert_eq!(frames.len(), 3);
+    assert_eq!(
+        (&frames[1][..], &frames[2][..]),
+        (&b"AAAA"[..], &b"BBBB"[..])
+    );
+}
+
+/// Traffic alternating a large frame and a smaller large one does not free and regrow the
+/// large one's buffer each time: it is kept aside while the smaller frame is read, and the next
+/// large frame reuses it. Beside a frame of a megabyte or more it is not kept: the decoder
+/// never holds two large buffers.
+#[test]
+fn a_buffer_too_large_for_a_small_frame_is_kept_aside_for_the_next_large_one() {
+    let mut decoder = FrameDecoder::new(8 << 20);
+    let mut receive = |len: usize| {
+        decoder.extend(&framed(&[vec![9u8; len]])[..]);
+        let frame = decoder.next_frame().unwrap().unwrap();
+        assert_eq!(frame.len(), len);
+        frame
+    };
+    let large = receive(4 << 20);
+    let at = large.as_ptr();
+    drop(large);
+    for _ in 0..3 {
+        drop(receive(100 * 1024));
+        let large = receive(4 << 20);
+        assert_eq!(
+            large.as_ptr(),
+            at,
+            "the large buffer, kept aside and reused"
+        );
+    }
+    drop(receive(100 * 1024));
+    // The 4 MiB buffer is kept aside now. Beside a 1 MiB frame it is freed.
+    let before = alloc::live();
+    drop(receive(1 << 20));
+    let after = alloc::live();
+    assert!(CountingAlloc::is_installed());
+    assert!(
+        after + (2 << 20) < before,
+        "the decoder held {before} bytes before the 1 MiB frame and {after} after it"
+    );
+}
+
+const MAX: u32 = 3 * OWN_BUFFER_FROM as u32 + 17;
+
+/// What a correct decoder returns for `wire` then EOF.
+fn reference(wire: &[u8], max: u32) -> (Vec<Vec<u8>>, Result<(), FrameError>) {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = &wire[at..];
+        if rest.is_empty() {
+            return (frames, Ok(()));
+        }
+        if rest.len() < 4 {
+            return (
+                frames,
+                Err(FrameError::Truncated {
+                    expected: 4,
+                    received: rest.len() as u32,
+                }),
+            );
+        }
+        let len = u32::from_le_bytes(rest[..4].try_into().unwrap());
+        if len == 0 {
+            return (frames, Err(FrameError::Empty));
+        }
+        if len > max {
+            return (frames, Err(FrameError::TooLarge { len, max }));
+        }
+        let body = &rest[4..];
+        if body.len() < len as usize {
+            return (
+                frames,
+                Err(FrameError::Truncated {
+                    expected: len,
+                    received: body.len() as u32,
+                }),
+            );
+        }
+        frames.push(body[..len as usize].to_vec());
+        at += 4 + len as usize;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Feed {
+    /// `extend` with up to n bytes.
+    Extend(usize),
+    /// Append up to n bytes to `read_buffer()`, but never more than `wanted()` (if it is > 0;
+    /// when it is 0, fall back to extend): what the doc allows.
+    ReadWithin(usize),
+    /// Append n bytes to `read_buffer()` regardless of `wanted()` (what the read-past test
+    /// does), but only directly after a poll (`next_frame` returned None).
+    ReadPastAfterPoll(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Step {
+    feed: Feed,
+    poll: bool,
+}
+
+fn frame_len() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        3 => 1u32..300,
+        2 => (OWN_BUFFER_FROM as u32 - 5)..(OWN_BUFFER_FROM as u32 + 5),
+        1 => (OWN_BUFFER_FROM as u32)..MAX,
+        1 => Just(MAX),
+    ]
+}
+
+fn chunk() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        1 => 1usize..8,
+        1 => 1usize..5000,
+        1 => (OWN_BUFFER_FROM - 8)..(OWN_BUFFER_FROM + 8),
+        1 => 1usize..(4 * OWN_BUFFER_FROM),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop_oneof![
+            3 => chunk().prop_map(Feed::Extend),
+            2 => chunk().prop_map(Feed::ReadWithin),
+            1 => chunk().prop_map(Feed::ReadPastAfterPoll),
+        ],
+        prop::bool::weighted(0.8),
+    )
+        .prop_map(|(feed, poll)| Step { feed, poll })
+}
+
+/// The wire: frames, then optionally a bad prefix, then optionally cut short.
+fn wire() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop::collection::vec(frame_len(), 1..8),
+        prop::option::weighted(0.2, prop_oneof![Just(0u32), (MAX + 1)..u32::MAX]),
+        prop::option::weighted(0.3, any::<prop::sample::Index>()),
+    )
+        .prop_map(|(lens, bad, cut)| {
+            let mut wire = Vec::new();
+            for (i, len) in lens.iter().enumerate() {
+                wire.extend_from_slice(&len.to_le_bytes());
+                wire.extend((0..*len).map(|j| (j as u8) ^ (i as u8).wrapping_mul(37)));
+            }
+            if let Some(bad) = bad {
+                wire.extend_from_slice(&bad.to_le_bytes());
+                wire.extend_from_slice(&[9; 50]);
+            }
+            if let Some(cut) = cut {
+                let at = cut.index(wire.len() + 1);
+                wire.truncate(at);
+            }
+            wire
+        })
+}
+
+fn run(wire: &[u8], steps: &[Step]) -> (Vec<Vec<u8>>, Result<(), FrameError>) {
+    let mut decoder = FrameDecoder::new(MAX);
+    let mut frames = Vec::new();
+    let mut err = None;
+    let mut at = 0;
+    let mut just_polled = false;
+    let poll =
+        |decoder: &mut FrameDecoder, frames: &mut Vec<Vec<u8>>, err: &mut Option<FrameError>| {
+            loop {
+                match decoder.next_frame() {
+                    Ok(Some(f)) => frames.push(f.to_vec()),
+                    Ok(None) => return,
+                    Err(e) => {
+                        if err.is_none() {
+                            *err = Some(e);
+                        }
+                        // Errors are final and repeat.
+                        assert_eq!(decoder.next_frame(), Err(e));
+                        return;
+                    }
+                }
+            }
+        };
+    let mut steps = steps.iter().cycle();
+    while at < wire.len() {
+        let step = steps.next().unwrap();
+        let rest = &wire[at..];
+        match step.feed {
+            Feed::Extend(n) => {
+                let n = n.min(rest.len());
+                decoder.extend(&rest[..n]);
+                at += n;
+            }
+            Feed::ReadWithin(n) => {
+                let wanted = decoder.wanted();
+                let n = if wanted > 0 { n.min(wanted) } else { n };
+                let n = n.min(rest.len());
+                if wanted > 0 && err.is_none() {
+                    decoder.read_buffer().extend_from_slice(&rest[..n]);
+                } else {
+                    decoder.extend(&rest[..n]);
+                }
+                at += n;
+            }
+            Feed::ReadPastAfterPoll(n) => {
+                let n = n.min(rest.len());
+                if just_polled && err.is_none() {
+                    decoder.read_buffer().extend_from_slice(&rest[..n]);
+                } else {
+                    decoder.extend(&rest[..n]);
+                }
+                at += n;
+            }
+        }
+        just_polled = false;
+        if step.poll {
+            poll(&mut decoder, &mut frames, &mut err);
+            just_polled = true;
+        }
+    }
+    poll(&mut decoder, &mut frames, &mut err);
+    let end = match err {
+        Some(e) => Err(e),
+        None => decoder.finish(),
+    };
+    if let Some(e) = err {
+        assert_eq!(decoder.finish(), Err(e));
+    }
+    (frames, end)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+    /// However the bytes arrive (`extend`, reads into `read_buffer` within `wanted`, reads past
+    /// a large frame, polls between them or not), with frames around `OWN_BUFFER_FROM` and at
+    /// the cap, a bad prefix or a cut anywhere: the frames and the end are a plain parser's.
+    #[test]
+    fn decoder_matches_a_plain_parser(wire in wire(), steps in prop::collection::vec(step(), 1..12)) {
+        let (want_frames, want_end) = reference(&wire, MAX);
+        let (got_frames, got_end) = run(&wire, &steps);
+        prop_assert_eq!(got_frames.len(), want_frames.len());
+        prop_assert!(got_frames == want_frames, "frames differ");
+        prop_assert_eq!(got_end, want_end);
+    }
 }

@@ -213,9 +213,10 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             // that is not ready loses nothing and registers `cx` for the wake-up.
             let read = if wanted > READ_CHUNK {
                 // The rest of a large frame: read straight into the frame's buffer (the one
-                // copy this side makes), growing it at most by what has already arrived
-                // again, so capacity never runs more than one step ahead of real bytes. Never
-                // past the frame: its buffer holds that frame alone.
+                // copy this side makes), reserving at most what has already arrived again
+                // (the allocator may round that up to twice), so its capacity stays within
+                // about four times the bytes that really came. Never past the frame: its
+                // buffer holds that frame alone.
                 let buffered = self.decoder.buffered();
                 let want = wanted.min(buffered.max(READ_CHUNK));
                 let buf = self.decoder.read_buffer();
