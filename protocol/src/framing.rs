@@ -159,7 +159,11 @@ impl FrameDecoder {
                     };
                     if let Some(err) = refused {
                         self.state = DecodeState::Failed(err);
-                        self.buf = BytesMut::new(); // drop whatever the peer queued behind it
+                        // Drop whatever the peer queued behind it, and the buffers kept for
+                        // frames that will not come.
+                        self.buf = BytesMut::new();
+                        self.spare = BytesMut::new();
+                        self.last_large = Bytes::new();
                         return Err(err);
                     }
                     self.buf.advance(LENGTH_PREFIX);
@@ -192,7 +196,11 @@ impl FrameDecoder {
                         self.buf = rest;
                     }
                     let frame = std::mem::take(&mut self.large).freeze();
-                    self.last_large = frame.clone();
+                    // One free buffer at most: while one is kept aside, this frame's goes when
+                    // its last reference does.
+                    if self.spare.capacity() == 0 {
+                        self.last_large = frame.clone();
+                    }
                     return Ok(Some(frame));
                 }
             }
@@ -204,8 +212,10 @@ impl FrameDecoder {
     /// grown as bytes arrive; what already arrived of the frame (at most one read's worth) is
     /// moved into it. A free buffer too large for this frame is kept aside as the spare while
     /// the frame is small (under [`KEEP_ASIDE_BELOW`]), so traffic that alternates large and
-    /// small frames does not free and regrow it each time; beside a larger frame it is freed,
-    /// so the decoder never holds two large buffers.
+    /// small frames does not free and regrow it each time; beside a larger frame it is freed.
+    /// So the decoder holds at most one free buffer (the spare, or the last frame's once
+    /// unreferenced) beside the frame in progress, and while it keeps a spare that frame is
+    /// under 1 MiB.
     fn start_large(&mut self, len: usize) {
         let fits = |buffer: &BytesMut| buffer.capacity() <= len.saturating_mul(2);
         let last = std::mem::take(&mut self.last_large).try_into_mut().ok();

@@ -481,3 +481,31 @@ proptest! {
         prop_assert_eq!(got_end, want_end);
     }
 }
+
+/// Between frames the decoder keeps at most one free buffer: while a large one is kept aside,
+/// the buffers of the smaller frames read meanwhile go when their frames do.
+#[test]
+fn the_decoder_keeps_at_most_one_free_buffer_between_frames() {
+    let start = alloc::live();
+    let mut decoder = FrameDecoder::new(8 << 20);
+    // As a transport reads: the prefix and a little into the shared buffer, the rest of a
+    // large frame straight into its own.
+    let mut receive = |len: usize| {
+        let wire = framed(&[vec![7u8; len]]);
+        decoder.extend(&wire[..16]);
+        assert_eq!(decoder.next_frame(), Ok(None));
+        decoder.read_buffer().extend_from_slice(&wire[16..]);
+        decoder.next_frame().unwrap().unwrap()
+    };
+    drop(receive(4 << 20));
+    let one_large = alloc::live() - start;
+    for _ in 0..3 {
+        drop(receive(200 * 1024));
+    }
+    let after = alloc::live() - start;
+    assert!(CountingAlloc::is_installed());
+    assert!(
+        after <= one_large + 1024,
+        "{one_large} bytes held after the large frame, {after} after the smaller ones"
+    );
+}
