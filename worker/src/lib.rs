@@ -33,6 +33,10 @@
 //! names is re-exported here ([`Method`], [`method!`], [`Limits`], [`RemoteError`]...), so
 //! `airlock-worker` is its only airlock dependency.
 //!
+//! Bulk data: a [`Blob`] in a request is, when it is 64 KiB or more and at least half the
+//! body, the received frame's own bytes rather than a copy (`serde_bytes::ByteBuf` is copied;
+//! the wire format is the same, so the host may send either).
+//!
 //! Confinement: the host confines every worker before `exec` (namespaces, Landlock, a seccomp
 //! denylist, rlimits). When the host asks (it does by default), [`Worker::serve`] adds the
 //! innermost layer itself once its channel is open and before its `Hello`: a seccomp
