@@ -145,7 +145,7 @@ impl Pool {
         })
     }
 
-    /// Calls `M` on the live worker with the fewest calls in flight, blocking until the call
+    /// Calls `M` on the worker taking calls with the fewest in flight, blocking until the call
     /// ends. As [`crate::Pool::call`].
     pub fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         self.shared.block_on(self.shared.inner().call::<M>(request))

@@ -233,6 +233,8 @@ struct Shared {
     alive: Arc<AtomicBool>,
     next_key: AtomicU64,
     call_timeout: Duration,
+    /// `HostConfig::max_in_flight`: calls past it fail with `Overloaded`.
+    in_flight_limit: u64,
     worker: WorkerInfo,
     /// The worker's name in logs ([`HostBuilder::label`]).
     label: String,
@@ -291,6 +293,7 @@ impl Host {
                 alive,
                 next_key: AtomicU64::new(0),
                 call_timeout: settings.call_timeout,
+                in_flight_limit: u64::from(settings.protocol.in_flight_limit()),
                 worker,
                 label: settings.label.clone(),
                 cells: Arc::default(),
@@ -476,6 +479,12 @@ impl Host {
     /// reaped or replaced; a call made then waits for the next worker (or its deadline).
     pub fn is_taking_calls(&self) -> bool {
         self.shared.live.taking_calls()
+    }
+
+    /// Whether a call made now would fail with `Overloaded`: `max_in_flight` calls are on the
+    /// worker or waiting for it.
+    pub(crate) fn is_full(&self) -> bool {
+        self.in_flight() >= self.shared.in_flight_limit
     }
 
     /// What the first worker said about itself in its handshake, and the confinement it was

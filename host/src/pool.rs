@@ -1,4 +1,4 @@
-//! `Pool`: several supervised workers, each call sent to the least-loaded live one.
+//! `Pool`: several supervised workers, each call sent to the least busy one taking calls.
 
 use std::time::Instant;
 
@@ -30,9 +30,10 @@ impl PoolBuilder {
     /// that declares itself safe to run twice ([`Method::IDEMPOTENT`]) and fails with
     /// [`CallError::WorkerLost`] for a reason that [`LostReason::not_caused_by_the_call`]
     /// accepts (another call on its worker timed out and ignored its cancel, or no worker took
-    /// the call) is sent once more, on another live worker of the pool (or on the replacement
-    /// of its own worker if no other is alive), within the call's original deadline. The
-    /// second outcome is the call's outcome.
+    /// the call) is sent once more, on another live worker of the pool (chosen as
+    /// [`Pool::call`] chooses; on the replacement of its own worker only if no other is alive,
+    /// even when that replacement takes calls before another worker being replaced does),
+    /// within the call's original deadline. The second outcome is the call's outcome.
     ///
     /// Never retried: a call that timed out itself, whose own answer did not decode, that was
     /// cancelled or refused; a call whose worker broke the protocol, lied in any answer,
@@ -123,8 +124,9 @@ impl Pool {
         }
     }
 
-    /// Calls `M` on the live worker with the fewest calls in flight, with the pool's call
-    /// deadline. A lost call may be retried once: see [`PoolBuilder::retry_lost_calls`].
+    /// Calls `M` on the worker taking calls with the fewest in flight (a worker being started
+    /// or replaced, or at its `max_in_flight`, only when every worker is), with the pool's
+    /// call deadline. A lost call may be retried once: see [`PoolBuilder::retry_lost_calls`].
     pub async fn call<M: Method>(&self, request: &M::Request) -> Result<M::Response, CallError> {
         let host = self.pick()?;
         // `call_timeout` is at most `MAX_TIMEOUT` (checked at spawn), so this cannot overflow.
@@ -177,9 +179,10 @@ impl Pool {
             .or_else(|| lost.is_alive().then_some(lost))
     }
 
-    /// The worker a call goes to: of those taking calls now, the one with the fewest calls in
-    /// flight; only when none is (all starting, reaped or replaced) the live one with the
-    /// fewest, where the call waits for its next worker.
+    /// The worker a call goes to: of those taking calls now and below their `max_in_flight`,
+    /// the one with the fewest calls in flight; only when none is (all starting, reaped,
+    /// replaced or full) the live one with the fewest, where the call waits for its next
+    /// worker.
     pub(crate) fn pick(&self) -> Result<&Host, CallError> {
         least_busy(self.hosts.iter()).ok_or(CallError::Shutdown)
     }
@@ -207,13 +210,14 @@ impl Pool {
     }
 }
 
-/// Of `hosts`, the one [`Pool::pick`] prefers: taking calls, then fewest in flight; a live one
-/// that is not taking calls only when no host is.
+/// Of `hosts`, the one [`Pool::pick`] prefers: taking calls and below its `max_in_flight`,
+/// then fewest in flight; otherwise the live one with the fewest, where a call waits for its
+/// next worker (or is refused as `Overloaded` if that one is full too).
 fn least_busy<'a>(hosts: impl Iterator<Item = &'a Host> + Clone) -> Option<&'a Host> {
     let alive = hosts.filter(|h| h.is_alive());
     alive
         .clone()
-        .filter(|h| h.is_taking_calls())
+        .filter(|h| h.is_taking_calls() && !h.is_full())
         .min_by_key(|h| h.in_flight())
         .or_else(|| alive.min_by_key(|h| h.in_flight()))
 }

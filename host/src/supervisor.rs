@@ -620,9 +620,6 @@ impl Supervisor {
         if let Some(raise) = raise.take() {
             let _ = raise.send(self.settings.protocol.frame_limit());
         }
-        if let Some(ready) = ready.take() {
-            let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
-        }
         let waiting = std::mem::take(&mut self.waiting);
         live.with_core(move |core| {
             if core.session.is_ready() {
@@ -638,6 +635,10 @@ impl Supervisor {
                     .extend(waiting.into_iter().map(|call| call.reply));
             }
         });
+        // Reported once the worker takes calls: a spawn that returns has a worker that does.
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(Ok(WorkerInfo::new(info, confinement.clone())));
+        }
     }
 
     /// Starts a graceful shutdown of the current worker: no new calls on it, `Shutdown` sent,

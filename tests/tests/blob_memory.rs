@@ -20,8 +20,8 @@ const LARGE: usize = 16 * 1024 * 1024 - LENT_FROM;
 /// size, receiving one allocates nothing of its size (copied, each would allocate its whole
 /// length). And a small `Blob` answer kept after large frames keeps only its own frame's
 /// buffer: a buffer the decoder grew for an earlier frame, which a worker chooses the size
-/// of, is never shared with a later frame. (Shared, each 64 KiB answer kept after a 16 MiB
-/// frame held about 14 MiB.)
+/// of, is never shared with a later frame, so each 64 KiB answer kept holds at most four
+/// times its length, whatever frames came before it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_blob_answer_is_the_frames_bytes_and_a_kept_one_holds_only_its_own_frame() {
     // The host's reader runs on this thread (a current-thread runtime), so this thread's

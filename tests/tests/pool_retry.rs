@@ -195,3 +195,37 @@ async fn a_call_goes_to_a_worker_taking_calls_not_to_one_being_replaced() {
         "a shut-down worker takes no calls"
     );
 }
+
+/// A worker taking calls but at its `max_in_flight` is passed over for one being replaced:
+/// the call waits for the replacement instead of being refused as `Overloaded` at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_waits_for_a_replacement_rather_than_be_refused_by_a_full_sibling() {
+    let builder = Host::builder(worker_bin())
+        .protocol(
+            HostConfig::default()
+                .cancel_grace(Duration::ZERO)
+                .unwrap()
+                .max_in_flight(1)
+                .unwrap(),
+        )
+        .restart_policy(RestartPolicy {
+            initial_backoff: Duration::from_millis(500),
+            ..RestartPolicy::default()
+        });
+    let pool = Pool::builder(builder).size(2).spawn().await.unwrap();
+    let (full, replaced) = (pool.hosts()[0].clone(), &pool.hosts()[1]);
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let lost = replaced.call_with_deadline::<Sleep>(&5_000, deadline).await;
+    assert_eq!(lost, Err(CallError::Timeout));
+    while replaced.is_taking_calls() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let busy = tokio::spawn(async move { full.call::<Sleep>(&1_500).await });
+    while pool.hosts()[0].in_flight() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let answer = pool.call::<Sleep>(&10).await;
+    assert_eq!(answer, Ok(10), "refused by the full worker, or lost");
+    assert_eq!(busy.await.unwrap(), Ok(1_500));
+    pool.shutdown().await;
+}

@@ -214,9 +214,9 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             let read = if wanted > READ_CHUNK {
                 // The rest of a large frame: read straight into the frame's buffer (the one
                 // copy this side makes), reserving at most what has already arrived again
-                // (the allocator may round that up to twice), so its capacity stays within
-                // about four times the bytes that really came. Never past the frame: its
-                // buffer holds that frame alone.
+                // (growth may round that up to twice), so its capacity stays within about four
+                // times the bytes that really came, and ends within about twice the frame.
+                // Never past the frame: its buffer holds that frame alone.
                 let buffered = self.decoder.buffered();
                 let want = wanted.min(buffered.max(READ_CHUNK));
                 let buf = self.decoder.read_buffer();

@@ -72,7 +72,7 @@ async fn main() -> Result<(), Error> {
     }
     host.shutdown().await;
 
-    // A pool of three: each call goes to the worker with the fewest calls in flight.
+    // A pool of three: each call goes to the worker taking calls with the fewest in flight.
     let pool = Pool::builder(Host::builder(&worker))
         .size(3)
         .spawn()

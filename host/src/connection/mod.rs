@@ -117,8 +117,12 @@ impl std::ops::DerefMut for CoreGuard<'_> {
 
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
+        // Written only when it changes: every call's turn releases the lock, and a store each
+        // time would keep the line bouncing between the threads that read it.
         let taking = self.core.as_ref().is_some_and(|core| core.accepting);
-        self.taking_calls.store(taking, Ordering::Relaxed);
+        if self.taking_calls.load(Ordering::Relaxed) != taking {
+            self.taking_calls.store(taking, Ordering::Relaxed);
+        }
     }
 }
 
