@@ -157,10 +157,6 @@ impl<'de> Visitor<'de> for BlobVisitor {
         }
         Ok(Blob::from(bytes))
     }
-
-    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Blob, E> {
-        Err(E::invalid_type(serde::de::Unexpected::Str(text), &self))
-    }
 }
 
 thread_local! {

@@ -18,6 +18,18 @@ pub const OWN_BUFFER_FROM: usize = 64 * 1024;
 /// this.
 const KEEP_ASIDE_BELOW: usize = 1024 * 1024;
 
+/// The buffer a [`FrameDecoder`] keeps for its next large frame.
+#[derive(Debug)]
+enum Spare {
+    /// Nothing kept (at the start, and once the stream has failed).
+    None,
+    /// The last large frame handed out: its buffer is free once nothing else refers to it.
+    LastFrame(Bytes),
+    /// A free buffer too large for the frames read since it was freed (all under
+    /// [`KEEP_ASIDE_BELOW`]), kept for the next frame it fits.
+    KeptAside(BytesMut),
+}
+
 /// Splits a byte stream into frames, incrementally.
 ///
 /// Feed it chunks of any size, one byte at a time included, with [`FrameDecoder::extend`]; take
@@ -44,12 +56,8 @@ pub struct FrameDecoder {
     buf: BytesMut,
     /// The large frame being read (state [`DecodeState::Large`]); empty otherwise.
     large: BytesMut,
-    /// The last large frame handed out: its buffer is reused for the next one if, by then,
-    /// nothing else refers to it and it is at most twice that frame.
-    last_large: Bytes,
-    /// A free buffer too large for the frames of under [`KEEP_ASIDE_BELOW`] read since: kept
-    /// for the next frame it fits instead of being freed and grown again.
-    spare: BytesMut,
+    /// The one buffer kept for the next large frame.
+    spare: Spare,
     state: DecodeState,
     max_frame: u32,
 }
@@ -75,8 +83,7 @@ impl FrameDecoder {
         Self {
             buf: BytesMut::new(),
             large: BytesMut::new(),
-            last_large: Bytes::new(),
-            spare: BytesMut::new(),
+            spare: Spare::None,
             state: DecodeState::Head,
             max_frame,
         }
@@ -162,8 +169,7 @@ impl FrameDecoder {
                         // Drop whatever the peer queued behind it, and the buffers kept for
                         // frames that will not come.
                         self.buf = BytesMut::new();
-                        self.spare = BytesMut::new();
-                        self.last_large = Bytes::new();
+                        self.spare = Spare::None;
                         return Err(err);
                     }
                     self.buf.advance(LENGTH_PREFIX);
@@ -196,10 +202,10 @@ impl FrameDecoder {
                         self.buf = rest;
                     }
                     let frame = std::mem::take(&mut self.large).freeze();
-                    // One free buffer at most: while one is kept aside, this frame's goes when
+                    // One spare at most: while one is kept aside, this frame's buffer goes when
                     // its last reference does.
-                    if self.spare.capacity() == 0 {
-                        self.last_large = frame.clone();
+                    if !matches!(self.spare, Spare::KeptAside(_)) {
+                        self.spare = Spare::LastFrame(frame.clone());
                     }
                     return Ok(Some(frame));
                 }
@@ -207,43 +213,27 @@ impl FrameDecoder {
         }
     }
 
-    /// Enters [`DecodeState::Large`]: a free buffer of at most twice this frame if there is
-    /// one (the last large frame's, once nothing refers to it, or the spare), else a new one
-    /// grown as bytes arrive; what already arrived of the frame (at most one read's worth) is
-    /// moved into it. A free buffer too large for this frame is kept aside as the spare while
-    /// the frame is small (under [`KEEP_ASIDE_BELOW`]), so traffic that alternates large and
-    /// small frames does not free and regrow it each time; beside a larger frame it is freed.
-    /// So the decoder holds at most one free buffer (the spare, or the last frame's once
-    /// unreferenced) beside the frame in progress, and while it keeps a spare that frame is
-    /// under 1 MiB.
+    /// Enters [`DecodeState::Large`]: the spare if it is free and at most twice this frame,
+    /// else a new buffer grown as bytes arrive; what already arrived of the frame (at most one
+    /// read's worth) is moved into it. A free spare too large for this frame is kept aside
+    /// while the frame is small (under [`KEEP_ASIDE_BELOW`]), so traffic that alternates large
+    /// and small frames does not free and regrow it each time; beside a larger frame it is
+    /// freed. So the decoder holds at most one free buffer beside the frame in progress, and
+    /// while it keeps one aside that frame is under 1 MiB.
     fn start_large(&mut self, len: usize) {
-        let fits = |buffer: &BytesMut| buffer.capacity() <= len.saturating_mul(2);
-        let last = std::mem::take(&mut self.last_large).try_into_mut().ok();
-        let spare = Some(std::mem::take(&mut self.spare)).filter(|b| b.capacity() > 0);
-        // Of the free buffers, the largest that fits is used; the other is left unused.
-        let (chosen, unused) = match (last, spare) {
-            (Some(a), Some(b)) => {
-                let (larger, smaller) = if a.capacity() >= b.capacity() {
-                    (a, b)
-                } else {
-                    (b, a)
-                };
-                match (fits(&larger), fits(&smaller)) {
-                    (true, _) => (Some(larger), Some(smaller)),
-                    (false, true) => (Some(smaller), Some(larger)),
-                    (false, false) => (None, Some(larger)),
-                }
-            }
-            (Some(free), None) | (None, Some(free)) if fits(&free) => (Some(free), None),
-            (Some(free), None) | (None, Some(free)) => (None, Some(free)),
-            (None, None) => (None, None),
+        let free = match std::mem::replace(&mut self.spare, Spare::None) {
+            Spare::LastFrame(frame) => frame.try_into_mut().ok(),
+            Spare::KeptAside(buffer) => Some(buffer),
+            Spare::None => None,
         };
-        if len < KEEP_ASIDE_BELOW {
-            if let Some(unused) = unused {
-                self.spare = unused;
+        let mut large = match free {
+            Some(buffer) if buffer.capacity() <= len.saturating_mul(2) => buffer,
+            Some(buffer) if len < KEEP_ASIDE_BELOW => {
+                self.spare = Spare::KeptAside(buffer);
+                BytesMut::new()
             }
-        }
-        let mut large = chosen.unwrap_or_default();
+            _ => BytesMut::new(),
+        };
         large.clear();
         let arrived = self.buf.len().min(len);
         large.extend_from_slice(&self.buf[..arrived]);
