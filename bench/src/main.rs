@@ -166,20 +166,22 @@ fn phase(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `spawns N --worker PATH [--unconfined] [--resident MIB]`: N spawns to ready beside raw
-/// spawns, split into the host's launch and handshake phases (`spawn_phases.rs`).
+/// `spawns N --worker PATH [--unconfined] [--resident MIB] [--threads T]`: N spawns to ready
+/// beside raw spawns, split into the host's launch and handshake phases (`spawn_phases.rs`), on
+/// a current-thread runtime or one of T threads (the bench's spawn rows use 2).
 fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     let unconfined = args.iter().any(|a| a == "--unconfined");
     // `--resident MIB`: the host first fills that much memory of its own, as a host with data
     // of its own would have it (a fork copies the page tables of all of it).
     let resident = number_after(args, "--resident")?;
+    let threads = number_after(args, "--threads")?.unwrap_or(0) as usize;
     let mut rest = Vec::new();
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--unconfined" => {}
-            "--resident" => {
+            "--resident" | "--threads" => {
                 given.next();
             }
             _ => rest.push(arg.clone()),
@@ -187,7 +189,7 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     }
     let options = options(&rest)?;
     let ballast = vec![1u8; resident.unwrap_or(0) as usize * 1024 * 1024];
-    spawn_phases::run(n, &options.worker, unconfined)?;
+    spawn_phases::run(n, &options.worker, unconfined, threads)?;
     drop(std::hint::black_box(ballast));
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `spawns N --worker PATH [--unconfined]`: where spawn-to-ready goes. N spawns, each beside a
+//! `spawns N --worker PATH [--unconfined] [--threads T]`: where spawn-to-ready goes. N spawns, each beside a
 //! raw spawn (interleaved), split by the host's own DEBUG events: the launch (`airlock::spawn`,
 //! from the supervisor's start of a launch to a connected channel: the spawner thread, the
 //! channel, the fork and `exec`, and for confined workers the sandbox's set-up) and the
@@ -62,7 +62,7 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-pub fn run(n: u32, worker: &str, unconfined: bool) -> Result<(), Error> {
+pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(), Error> {
     let phases = Arc::new(Mutex::new(Phases::default()));
     tracing::subscriber::set_global_default(Recorder(Arc::clone(&phases)))
         .map_err(|_| "a tracing subscriber is already installed")?;
@@ -71,7 +71,7 @@ pub fn run(n: u32, worker: &str, unconfined: bool) -> Result<(), Error> {
     } else {
         Confinement::strict()
     };
-    let rt = links::runtime(0)?;
+    let rt = links::runtime(threads)?;
     // The spawner thread starts with the first spawn: not counted.
     links::spawn_to_ready(&rt, worker, policy.clone())?;
     let (mut raw, mut total, mut launch, mut handshake, mut rest) =
@@ -108,3 +108,4 @@ pub fn run(n: u32, worker: &str, unconfined: bool) -> Result<(), Error> {
     );
     Ok(())
 }
+
