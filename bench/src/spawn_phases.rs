@@ -108,4 +108,3 @@ pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(),
     );
     Ok(())
 }
-

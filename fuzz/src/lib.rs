@@ -2,12 +2,14 @@
 //!
 //! Each `fuzz_targets/*.rs` is one line calling a `check_*` function here, so a crashing input
 //! can also be replayed from a plain test. The seed corpus under `corpus/<target>/seed-*` is
-//! written by [`seeds::typed`], [`seeds::value`] and [`frame_stream::seeds`]; regenerate it with
+//! written by [`seeds::typed`], [`seeds::value`], [`frame_stream::seeds`] and
+//! [`frame_decoder::seeds`]; regenerate it with
 //! `AIRLOCK_WRITE_SEEDS=1 cargo test --manifest-path fuzz/Cargo.toml` (the test checks the
 //! committed files match otherwise).
 
 use airlock_codec::{from_slice, to_vec, Limits, Value};
 
+pub mod frame_decoder;
 pub mod frame_stream;
 pub mod message;
 pub mod seeds;

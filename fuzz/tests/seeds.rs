@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use airlock_codec::{from_slice, DecodeError, Value};
 use airlock_fuzz::seeds::{self, Seed};
-use airlock_fuzz::{check_typed, check_value, frame_stream, limits, Message};
+use airlock_fuzz::{check_typed, check_value, frame_decoder, frame_stream, limits, Message};
 
 fn corpus(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -105,4 +105,19 @@ fn frame_stream_seeds_do_as_named_and_are_committed() {
     }
     let files: Vec<(&str, &[u8])> = seeds.iter().map(|(n, b, _)| (*n, &b[..])).collect();
     sync_files("frame_stream", &files);
+}
+
+#[test]
+fn frame_decoder_seeds_do_as_named_and_are_committed() {
+    let seeds = frame_decoder::seeds();
+    for (name, bytes, (frames, end)) in &seeds {
+        let (got_frames, got_end) = frame_decoder::check_frame_decoder(bytes);
+        assert_eq!(
+            (got_frames.len(), &got_end),
+            (*frames, end),
+            "seed {name} did not do as named"
+        );
+    }
+    let files: Vec<(&str, &[u8])> = seeds.iter().map(|(n, b, _)| (*n, &b[..])).collect();
+    sync_files("frame_decoder", &files);
 }

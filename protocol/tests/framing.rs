@@ -4,6 +4,10 @@ use airlock_protocol::{FrameDecoder, FrameError, OWN_BUFFER_FROM};
 use airlock_test_support::alloc::{self, CountingAlloc};
 use proptest::prelude::*;
 
+#[path = "support/frame_feeding.rs"]
+mod frame_feeding;
+use frame_feeding::{reference, run, Feed, Step};
+
 // Counts are per thread: a test reads what its own decoder holds.
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
@@ -297,64 +301,6 @@ fn a_buffer_too_large_for_a_small_frame_is_kept_aside_for_the_next_large_one() {
 
 const MAX: u32 = 3 * OWN_BUFFER_FROM as u32 + 17;
 
-/// What a correct decoder returns for `wire` then EOF.
-fn reference(wire: &[u8], max: u32) -> (Vec<Vec<u8>>, Result<(), FrameError>) {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    loop {
-        let rest = &wire[at..];
-        if rest.is_empty() {
-            return (frames, Ok(()));
-        }
-        if rest.len() < 4 {
-            return (
-                frames,
-                Err(FrameError::Truncated {
-                    expected: 4,
-                    received: rest.len() as u32,
-                }),
-            );
-        }
-        let len = u32::from_le_bytes(rest[..4].try_into().unwrap());
-        if len == 0 {
-            return (frames, Err(FrameError::Empty));
-        }
-        if len > max {
-            return (frames, Err(FrameError::TooLarge { len, max }));
-        }
-        let body = &rest[4..];
-        if body.len() < len as usize {
-            return (
-                frames,
-                Err(FrameError::Truncated {
-                    expected: len,
-                    received: body.len() as u32,
-                }),
-            );
-        }
-        frames.push(body[..len as usize].to_vec());
-        at += 4 + len as usize;
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Feed {
-    /// `extend` with up to n bytes.
-    Extend(usize),
-    /// Append up to n bytes to `read_buffer()`, but never more than `wanted()` (if it is > 0;
-    /// when it is 0, fall back to extend): what the doc allows.
-    ReadWithin(usize),
-    /// Append n bytes to `read_buffer()` regardless of `wanted()` (what the read-past test
-    /// does), but only directly after a poll (`next_frame` returned None).
-    ReadPastAfterPoll(usize),
-}
-
-#[derive(Clone, Debug)]
-struct Step {
-    feed: Feed,
-    poll: bool,
-}
-
 fn frame_len() -> impl Strategy<Value = u32> {
     prop_oneof![
         3 => 1u32..300,
@@ -410,77 +356,6 @@ fn wire() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-fn run(wire: &[u8], steps: &[Step]) -> (Vec<Vec<u8>>, Result<(), FrameError>) {
-    let mut decoder = FrameDecoder::new(MAX);
-    let mut frames = Vec::new();
-    let mut err = None;
-    let mut at = 0;
-    let mut just_polled = false;
-    let poll =
-        |decoder: &mut FrameDecoder, frames: &mut Vec<Vec<u8>>, err: &mut Option<FrameError>| {
-            loop {
-                match decoder.next_frame() {
-                    Ok(Some(f)) => frames.push(f.to_vec()),
-                    Ok(None) => return,
-                    Err(e) => {
-                        if err.is_none() {
-                            *err = Some(e);
-                        }
-                        // Errors are final and repeat.
-                        assert_eq!(decoder.next_frame(), Err(e));
-                        return;
-                    }
-                }
-            }
-        };
-    let mut steps = steps.iter().cycle();
-    while at < wire.len() {
-        let step = steps.next().unwrap();
-        let rest = &wire[at..];
-        match step.feed {
-            Feed::Extend(n) => {
-                let n = n.min(rest.len());
-                decoder.extend(&rest[..n]);
-                at += n;
-            }
-            Feed::ReadWithin(n) => {
-                let wanted = decoder.wanted();
-                let n = if wanted > 0 { n.min(wanted) } else { n };
-                let n = n.min(rest.len());
-                if wanted > 0 && err.is_none() {
-                    decoder.read_buffer().extend_from_slice(&rest[..n]);
-                } else {
-                    decoder.extend(&rest[..n]);
-                }
-                at += n;
-            }
-            Feed::ReadPastAfterPoll(n) => {
-                let n = n.min(rest.len());
-                if just_polled && err.is_none() {
-                    decoder.read_buffer().extend_from_slice(&rest[..n]);
-                } else {
-                    decoder.extend(&rest[..n]);
-                }
-                at += n;
-            }
-        }
-        just_polled = false;
-        if step.poll {
-            poll(&mut decoder, &mut frames, &mut err);
-            just_polled = true;
-        }
-    }
-    poll(&mut decoder, &mut frames, &mut err);
-    let end = match err {
-        Some(e) => Err(e),
-        None => decoder.finish(),
-    };
-    if let Some(e) = err {
-        assert_eq!(decoder.finish(), Err(e));
-    }
-    (frames, end)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
     /// However the bytes arrive (`extend`, reads into `read_buffer` within `wanted`, reads past
@@ -489,7 +364,7 @@ proptest! {
     #[test]
     fn decoder_matches_a_plain_parser(wire in wire(), steps in prop::collection::vec(step(), 1..12)) {
         let (want_frames, want_end) = reference(&wire, MAX);
-        let (got_frames, got_end) = run(&wire, &steps);
+        let (got_frames, got_end) = run(&wire, &steps, MAX);
         prop_assert_eq!(got_frames.len(), want_frames.len());
         prop_assert!(got_frames == want_frames, "frames differ");
         prop_assert_eq!(got_end, want_end);
