@@ -8,7 +8,7 @@ use std::time::Duration;
 use airlock_codec::{DecodeError, Limits};
 use airlock_host::{CallError, Host, LostReason};
 use airlock_tests::capture::events;
-use airlock_tests::e2e::{call_pid, worker_bin};
+use airlock_tests::e2e::{call_pid, fast_restarts, process_present, worker_bin};
 use airlock_worker::builtin::{EchoVec, Sleep};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,4 +72,33 @@ async fn a_response_over_the_hosts_budget_is_logged_at_warn_before_its_worker_is
     let warning = logged[warned].field("message");
     assert!(warning.contains("Limits::max_len"), "{warning}");
     assert!(warning.contains("HostBuilder::limits"), "{warning}");
+}
+
+/// A caller whose response is refused learns of it only once the worker that sent it is dead
+/// and reaped, as a caller that sees `WorkerLost` or `Timeout` does: nothing of the liar still
+/// runs when its lie is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_refused_a_response_hears_of_it_once_the_worker_is_reaped() {
+    let host = Host::builder(worker_bin())
+        .limits(Limits::default().max_len(64 * 1024))
+        .restart_policy(fast_restarts(10))
+        .spawn()
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let pid = call_pid(&host).await.unwrap();
+        let refused = host.call::<EchoVec>(&vec![9u8; 128 * 1024]).await;
+        assert!(
+            matches!(
+                refused,
+                Err(CallError::Decode(DecodeError::LengthLimit { .. }))
+            ),
+            "{refused:?}"
+        );
+        assert!(
+            !process_present(pid),
+            "the caller heard of the refused response while worker {pid} was still there"
+        );
+    }
+    host.shutdown().await;
 }

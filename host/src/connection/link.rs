@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use airlock_codec::DecodeError;
 use airlock_protocol::{BeginCallError, BuildIdHasher, CallId, HostSession, Outcome};
 
 use super::Returned;
@@ -30,6 +31,9 @@ pub(crate) struct Link {
     /// Calls lost when the session closed, answered once the worker is reaped, so a caller
     /// that sees `WorkerLost` knows the worker is already dead.
     pub(crate) lost: Vec<Replier>,
+    /// Calls whose response did not decode, answered `Decode` once the worker is reaped, so
+    /// nothing of the liar still runs when its lie is reported.
+    pub(super) refused: Vec<(Replier, DecodeError)>,
     /// Calls that timed out in the turn being settled.
     timed_out: Vec<Replier>,
 }
@@ -87,6 +91,12 @@ impl Link {
         }
     }
 
+    fn answer_refused(&mut self) {
+        for (reply, err) in self.refused.drain(..) {
+            reply.fail(CallError::Decode(err));
+        }
+    }
+
     /// Answers a completed call, except a response, which is handed back to be decoded.
     pub(super) fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
         let Responder {
@@ -124,6 +134,7 @@ impl Link {
     /// Answers every call still on the worker, once it is reaped.
     pub(crate) fn fail_all(&mut self, reason: &LostReason) {
         self.answer_timed_out();
+        self.answer_refused();
         let remaining = self.responders.drain().map(|(_, r)| r.reply);
         for reply in self.lost.drain(..).chain(remaining) {
             reply.fail(CallError::WorkerLost(reason.clone()));
@@ -131,8 +142,10 @@ impl Link {
         self.keys.clear();
     }
 
-    /// Answers every call with `err` (the host itself is gone).
+    /// Answers every call with `err` (the host itself is gone), but a refused response's
+    /// with its own `Decode`.
     pub(crate) fn fail_all_with(&mut self, err: &CallError) {
+        self.answer_refused();
         let remaining = self.responders.drain().map(|(_, r)| r.reply);
         let replies = self.timed_out.drain(..).chain(self.lost.drain(..));
         for reply in replies.chain(remaining) {

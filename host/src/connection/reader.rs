@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use airlock_codec::DecodeError;
 use airlock_protocol::transport::{next_frame, FrameReceiver};
 use airlock_protocol::{AbortReason, CloseReason, TransportError};
 use bytes::Bytes;
@@ -12,14 +13,16 @@ use tokio::sync::oneshot;
 
 use super::reader_spin::{ReaderSpin, Turn};
 use super::{Live, Party, Returned};
+use crate::reply::Replier;
 use crate::response::ResponseDecoding;
 use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::CallError;
 
 /// Decodes and delivers what the reader's turn returned, outside the lock. A response that
-/// does not decode is a lie: the worker is cut off first, before its caller learns of it and
-/// before the reader accepts another frame, so no call begun after the caller sees `Decode`
-/// reaches the liar. True if the worker lied.
+/// does not decode is a lie: the worker is cut off before the reader accepts another frame,
+/// and its caller hears `Decode` once the worker is reaped (as the calls lost with it hear
+/// `WorkerLost`), so no call begun after the caller sees `Decode` reaches the liar and nothing
+/// of the liar still runs. True if the worker lied.
 pub(super) fn deliver(
     live: &Live,
     generation: u64,
@@ -42,29 +45,34 @@ pub(super) fn deliver(
         decoded
     };
     if more.is_empty() {
-        // The common case, without collecting: decode, cut a liar off, then answer.
+        // The common case, without collecting.
         return match decode(first) {
             Ok(decoded) => {
                 decoded.publish();
                 false
             }
-            Err((reply, err)) => {
-                cut_off_liar(live, generation);
-                reply.fail(CallError::Decode(err));
+            Err(refused) => {
+                cut_off_liar(live, generation, vec![refused]);
                 true
             }
         };
     }
-    let decoded: Vec<_> = std::iter::once(first).chain(more).map(decode).collect();
-    let lied = decoded.iter().any(Result::is_err);
+    // The liar is cut off before any answer is published: no caller answered in this turn
+    // can begin a call that reaches it.
+    let (decoded, refused): (Vec<_>, Vec<_>) = std::iter::once(first)
+        .chain(more)
+        .map(decode)
+        .partition(Result::is_ok);
+    let lied = !refused.is_empty();
     if lied {
-        cut_off_liar(live, generation);
+        cut_off_liar(
+            live,
+            generation,
+            refused.into_iter().filter_map(Result::err).collect(),
+        );
     }
-    for outcome in decoded {
-        match outcome {
-            Ok(decoded) => decoded.publish(),
-            Err((reply, err)) => reply.fail(CallError::Decode(err)),
-        }
+    for decoded in decoded.into_iter().filter_map(Result::ok) {
+        decoded.publish();
     }
     lied
 }
@@ -99,7 +107,7 @@ async fn deliver_updates(
                 let _ = updates.sender.send(delivered);
             }
             Err(_) => {
-                cut_off_liar(live, generation);
+                cut_off_liar(live, generation, Vec::new());
                 return false;
             }
         }
@@ -107,14 +115,22 @@ async fn deliver_updates(
     true
 }
 
-/// A response did not decode: the worker lied, and its session ends before anything else of
-/// it is accepted.
-fn cut_off_liar(live: &Live, generation: u64) {
+/// A response or an update did not decode: the worker lied, and its session ends before
+/// anything else of it is accepted. The callers of the `refused` responses are answered
+/// `Decode` once the worker is reaped (`Link::fail_all`).
+fn cut_off_liar(live: &Live, generation: u64, refused: Vec<(Replier, DecodeError)>) {
     let settled = {
         let mut guard = live.lock();
         let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
+            drop(guard);
+            // This worker's core is gone: the supervisor takes it only once the worker is
+            // reaped, so there is nothing left to wait for.
+            for (reply, err) in refused {
+                reply.fail(CallError::Decode(err));
+            }
             return;
         };
+        core.link.refused.extend(refused);
         core.session
             .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
         core.settle()
