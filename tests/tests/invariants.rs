@@ -9,7 +9,7 @@ use airlock_codec::{from_slice, DecodeError, Limits, Value};
 use airlock_host::{CallError, HandshakeError, Host, LostReason, SpawnError};
 use airlock_protocol::{CallId, ErrorKind, RefuseReason, ViolationCode};
 use airlock_tests::e2e::{
-    fast_restarts, rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes,
+    fast_restarts, process_present, rogue_host, rogue_host_in, worker_bin, ScratchDir, SumOfBytes,
 };
 use airlock_worker::builtin::{Echo, Fail, Sleep, Sum};
 use serde_bytes::ByteBuf;
@@ -188,8 +188,16 @@ async fn invariant_06_a_violation_kills_reaps_and_replaces() {
         .spawn()
         .await
         .unwrap();
+    let striker = host
+        .worker_pid()
+        .expect("a spawned host knows its worker's pid");
     let result = host.call::<Echo>(&payload("x")).await;
     assert_eq!(violation_of(&result), Some(ViolationCode::ForbiddenKind));
+    // Killed and reaped before its calls were failed.
+    assert!(
+        !process_present(striker),
+        "the call failed while worker {striker} was still there"
+    );
     let next = host.call::<Echo>(&payload("y")).await;
     assert_eq!(next, Ok(payload("y")));
     assert_eq!(host.stats().restarts, 1);
