@@ -8,8 +8,8 @@
 //!
 //! | bytes | meaning |
 //! | --- | --- |
-//! | 0 | bits 0–2: frames − 1 (1–8); bit 3: a bad prefix after them (length 0 or past the cap); bit 4: the wire cut short |
-//! | 1, 2 | where the cut falls (u16, little-endian, taken mod the wire's length + 1) |
+//! | 0 | bits 0–2: frames − 1 (1–8); bit 3: a bad prefix after them (length 0, or past the cap with bit 5); bit 4: the wire cut short |
+//! | 1, 2 | where the cut falls (u16, little-endian): that many 65,536ths of the wire's length |
 //! | 3 .. 3+3×frames | per frame: a size class byte and a u16 (see [`frame_len`]) |
 //! | then, 2 bytes each | steps: how (bits 0–1 of the first: `extend`, a read within `wanted()`, a read past a frame right after a poll) and whether to poll after (bit 7 clear); how many bytes (the second: `(low 5 bits + 1) << 3 × high 3 bits`) |
 //!
@@ -31,6 +31,8 @@ pub const MAX: u32 = 3 * OWN_BUFFER_FROM as u32 + 19;
 pub const BAD_PREFIX: u8 = 1 << 3;
 /// See [`BAD_PREFIX`].
 pub const CUT: u8 = 1 << 4;
+/// See [`BAD_PREFIX`].
+pub const PAST_THE_CAP: u8 = 1 << 5;
 
 /// A frame's length from its size class and a u16: 1–256 bytes, 1–65,536, within 128 of
 /// [`OWN_BUFFER_FROM`] either side, or from it up past [`MAX`].
@@ -68,13 +70,18 @@ impl Script {
             wire.extend((0..len).map(|j| (j as u8) ^ (i as u8).wrapping_mul(37)));
         }
         if flags & BAD_PREFIX != 0 {
-            let bad = if u16_at(1) % 2 == 0 { 0 } else { MAX + 1 };
+            let bad = if flags & PAST_THE_CAP == 0 {
+                0
+            } else {
+                MAX + 1
+            };
             wire.extend_from_slice(&bad.to_le_bytes());
             wire.extend_from_slice(&[9; 50]);
         }
         if flags & CUT != 0 {
-            let at = usize::from(u16_at(1)) % (wire.len() + 1);
-            wire.truncate(at);
+            // Scaled, not wrapped: a cut can fall anywhere in a wire of any length.
+            let at = (wire.len() as u64 * u64::from(u16_at(1))) >> 16;
+            wire.truncate(at as usize);
         }
         let step_bytes = data.get(3 + 3 * frames..).unwrap_or(&[]);
         let mut steps: Vec<Step> = step_bytes
@@ -188,13 +195,48 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>, Expect)> {
             (1, Err(FrameError::Empty)),
         ),
         (
+            "past-the-cap-prefix-after-a-large-frame",
+            Script::encode(
+                BAD_PREFIX | PAST_THE_CAP,
+                0,
+                &[(3, 7)],
+                &[within_8k, past_8k],
+            ),
+            (
+                1,
+                Err(FrameError::TooLarge {
+                    len: MAX + 1,
+                    max: MAX,
+                }),
+            ),
+        ),
+        (
+            // 40,000/65,536 of the 125,540-byte wire: 76,623 bytes, 4 of them the prefix.
             "cut-inside-a-large-frame",
             Script::encode(CUT, 40_000, &[(3, 20_000)], &[single_bytes, within_8k]),
             (
                 0,
                 Err(FrameError::Truncated {
                     expected: own + 60_000,
-                    received: 39_996,
+                    received: 76_619,
+                }),
+            ),
+        ),
+        (
+            // 60,000/65,536 of 251,080 bytes: 229,870, past the second frame's prefix at
+            // 125,540, after the first frame's buffer was handed out.
+            "cut-inside-the-second-large-frame",
+            Script::encode(
+                CUT,
+                60_000,
+                &[(3, 20_000), (3, 20_000)],
+                &[past_8k, within_8k],
+            ),
+            (
+                1,
+                Err(FrameError::Truncated {
+                    expected: own + 60_000,
+                    received: 104_326,
                 }),
             ),
         ),
