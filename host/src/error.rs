@@ -25,9 +25,9 @@ pub enum CallError {
     #[error("the worker was lost: {0}")]
     WorkerLost(LostReason),
     /// The worker's answer did not decode to the method's response type. The worker was killed
-    /// as a liar, and is returned once it is reaped (a reap waits a bounded time: see
-    /// SECURITY.md, "make its death slow"); nothing of its answer was used. When the answer was over one of the host's
-    /// response budgets, the message names the budget, its value and where it is set
+    /// as a liar, and this is returned once it is reaped (a wait with a bound: SECURITY.md,
+    /// "make its death slow"); nothing of its answer was used. When the answer was over one of
+    /// the host's response budgets, the message names the budget, its value and where it is set
     /// ([`HostBuilder::limits`](crate::HostBuilder::limits)).
     #[error("the worker's response did not decode: {0}{hint}", hint = response_budget_hint(.0))]
     Decode(DecodeError),

@@ -123,8 +123,9 @@ fn cut_off_liar(live: &Live, generation: u64, refused: Vec<(Replier, DecodeError
         let mut guard = live.lock();
         let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
             drop(guard);
-            // This worker's core is gone: the supervisor takes it only once the worker is
-            // reaped, so there is nothing left to wait for.
+            // This worker's core is gone: taken once the worker was reaped, or as the
+            // supervisor was dropped with its runtime (which kills the worker with its
+            // handle). There is nothing left to wait for.
             for (reply, err) in refused {
                 reply.fail(CallError::Decode(err));
             }
