@@ -19,9 +19,9 @@ mod over_the_pipe {
     use airlock_worker::builtin::Echo;
     use serde_bytes::ByteBuf;
 
-    /// A worker whose Hello and a bad frame arrive in one read: its `Ready` is handled on a session
-    /// already closed. The calls waiting for it were that worker's: they are lost with it, for its
-    /// reason, never failed as if the host had shut down.
+    /// A worker whose Hello and a bad frame arrive in one read: its `Ready` is handled on a
+    /// session already closed. The calls waiting for it were that worker's: they are lost with
+    /// it, for its reason, never failed as if the host had shut down.
     #[tokio::test(flavor = "current_thread")]
     async fn calls_waiting_for_a_worker_that_dies_at_its_hello_are_not_failed_as_shutdown() {
         let dir =
