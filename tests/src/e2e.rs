@@ -305,6 +305,13 @@ pub fn share_with_worker(dir: &std::path::Path) {
         .expect("the scratch directory can be opened to the worker");
 }
 
+/// The `background-worker` binary of this crate, whose handler leaves a task running on the
+/// worker's runtime (see `airlock_tests::background`).
+pub fn background_bin() -> PathBuf {
+    static CELL: OnceLock<PathBuf> = OnceLock::new();
+    built("airlock-tests", "background-worker", &CELL)
+}
+
 /// The `attack-worker` binary of this crate, which tries one sandbox escape per call.
 pub fn attack_bin() -> PathBuf {
     static CELL: OnceLock<PathBuf> = OnceLock::new();

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,6 +16,8 @@ use airlock_protocol::transport::{FrameReceiver, FrameSender, SendProgress, Tran
 use airlock_protocol::{FrameDecoder, Transmit, TransportError, DEFAULT_MAX_FRAME};
 use async_trait::async_trait;
 use bytes::Bytes;
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Default for [`StreamConfig::send_timeout`]: the protocol's one send deadline (5 seconds).
@@ -48,6 +51,7 @@ pub struct StreamTransport<R, W> {
     reader: R,
     writer: W,
     config: StreamConfig,
+    wait_fd: Option<OwnedFd>,
 }
 
 impl<R, W> StreamTransport<R, W>
@@ -61,7 +65,18 @@ where
             reader,
             writer,
             config,
+            wait_fd: None,
         }
+    }
+}
+
+impl<R: AsFd, W> StreamTransport<R, W> {
+    /// Lets the receiver wait for input without its runtime, on a duplicate of the reader's
+    /// descriptor ([`FrameReceiver::wait_blocking`]): for a loop that owns its thread. Fails
+    /// only if the descriptor cannot be duplicated.
+    pub fn with_blocking_wait(mut self) -> std::io::Result<Self> {
+        self.wait_fd = Some(rustix::io::fcntl_dupfd_cloexec(self.reader.as_fd(), 3)?);
+        Ok(self)
     }
 }
 
@@ -83,6 +98,7 @@ where
                 reader: self.reader,
                 decoder: FrameDecoder::new(self.config.max_frame),
                 scratch: Vec::new(),
+                wait_fd: self.wait_fd,
             },
         )
     }
@@ -106,6 +122,8 @@ pub struct StreamReceiver<R> {
     /// use, [`READ_CHUNK`] bytes): one large read serves many small frames, and the decoder's
     /// buffer never needs spare capacity for them.
     scratch: Vec<u8>,
+    /// See [`StreamTransport::with_blocking_wait`].
+    wait_fd: Option<OwnedFd>,
 }
 
 fn io_error(err: std::io::Error) -> TransportError {
@@ -246,5 +264,44 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
 
     fn set_max_frame(&mut self, max_frame: u32) {
         self.decoder.set_max_frame(max_frame);
+    }
+
+    fn wait_blocking(&mut self) -> bool {
+        let Some(fd) = self.wait_fd.as_ref() else {
+            return false;
+        };
+        // Nothing wanted: a whole frame (or a refused prefix) is buffered already, for
+        // `poll_recv` to return. The rest of a large frame is read by `poll_recv` too, into
+        // the frame's own buffer.
+        let wanted = self.decoder.wanted();
+        if wanted == 0 || wanted > READ_CHUNK {
+            return false;
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        loop {
+            // No timeout: a wait with one arms a kernel timer each time, which cost about what
+            // this wait saves (BENCHMARKS.md).
+            match poll(&mut fds, None) {
+                Ok(_) => break,
+                Err(Errno::INTR) => {}
+                // A system call this process may not make (a seccomp filter) or any other
+                // failure: it waits through the runtime from now on.
+                Err(_) => {
+                    self.wait_fd = None;
+                    return false;
+                }
+            }
+        }
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; READ_CHUNK];
+        }
+        // Readable: bytes, the end of the stream or an error. Bytes join the decoder; the end
+        // and errors are left for `poll_recv`, which meets them again.
+        if let Ok(read) = rustix::io::read(fd, &mut self.scratch[..]) {
+            if let Some(bytes) = self.scratch.get(..read) {
+                self.decoder.extend(bytes);
+            }
+        }
+        true
     }
 }

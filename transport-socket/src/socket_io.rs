@@ -70,6 +70,14 @@ pub struct SocketReader {
     window: usize,
 }
 
+/// The socket's descriptor, for [`StreamTransport::with_blocking_wait`](airlock_transport_pipe::StreamTransport::with_blocking_wait)
+/// (which duplicates it).
+impl AsFd for SocketReader {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.get_ref().as_fd()
+    }
+}
+
 impl AsyncRead for SocketReader {
     fn poll_read(
         self: Pin<&mut Self>,

@@ -17,6 +17,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
             .await
             .map_err(ServeError::Transport)?;
         let token = airlock_transport_socket::token_from_env();
+        let transport = waits_blocking(&worker, transport)?;
         confine_if_requested()?;
         return worker.serve_with_token(transport, token).await;
     }
@@ -25,6 +26,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
         let config = airlock_transport_pipe::StreamConfig::default();
         let transport =
             airlock_transport_pipe::take_worker_stdio(config).map_err(ServeError::Transport)?;
+        let transport = waits_blocking(&worker, transport)?;
         confine_if_requested()?;
         worker.serve_with_token(transport, None).await
     }
@@ -34,6 +36,26 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
         Err(ServeError::NoTransport(
             "the pipe transport is not compiled in and no socket was given",
         ))
+    }
+}
+
+/// The transport of a worker that owns its serving thread ([`Worker::serve_blocking`]), made
+/// able to wait for the host's frames in the OS between calls
+/// (`FrameReceiver::wait_blocking`); any other worker's, unchanged.
+#[cfg(any(feature = "pipe", feature = "socket"))]
+fn waits_blocking<R, W>(
+    worker: &Worker,
+    transport: airlock_transport_pipe::StreamTransport<R, W>,
+) -> Result<airlock_transport_pipe::StreamTransport<R, W>, ServeError>
+where
+    R: std::os::fd::AsFd,
+{
+    if worker.owns_thread {
+        transport
+            .with_blocking_wait()
+            .map_err(ServeError::Transport)
+    } else {
+        Ok(transport)
     }
 }
 

@@ -254,6 +254,11 @@ impl Calls {
         })
     }
 
+    /// Whether no call is running (none on a task or a pool thread).
+    pub(super) fn none_running(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
     /// Stops every call: tasks are aborted, handlers on pool threads see their token cancelled.
     pub(super) fn abort_all(&mut self) {
         self.tasks.abort_all();

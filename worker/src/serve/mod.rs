@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use airlock_codec::Limits;
-use airlock_protocol::transport::{next_frame, Outgoing, Transport};
+use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
 use airlock_protocol::{WorkerConfig, WorkerSession};
 use tokio::sync::mpsc;
 
@@ -33,6 +33,15 @@ use crate::ServeError;
 use apply::{answer, feed, gather, send_update, Applying};
 use calls::Calls;
 use spin::Spin;
+
+/// Whether the serving loop's task is the only one on its runtime: a task of a handler's that
+/// is still alive (waiting on a timer, say) must not wait behind a thread blocked in the OS.
+fn only_task_on_runtime() -> bool {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+        == 1
+}
 
 /// Everything the loop needs besides the transport.
 pub(crate) struct ServeSpec {
@@ -49,6 +58,11 @@ pub(crate) struct ServeSpec {
     /// `max_concurrency` 1: nothing else of the worker's could run beside the handler anyway,
     /// and no host runtime shares the thread (an in-process twin's loop runs on the host's).
     pub(crate) inline_blocking: bool,
+    /// Whether the loop may block its thread in the OS while it has nothing else to wait for
+    /// (`FrameReceiver::wait_blocking`). Only when the loop owns its runtime's one thread
+    /// (`Worker::serve_blocking`) and is the only task on it, so nothing else can need the
+    /// thread then.
+    pub(crate) wait_blocking: bool,
 }
 
 /// Serves calls on `transport` until the session ends: `Ok` when the host shut it down or
@@ -107,6 +121,18 @@ pub(crate) async fn serve_on<T: Transport>(
             break Ok(());
         }
         let spinning = spin.as_mut().is_some_and(Spin::spinning);
+        // Nothing to do but wait for the host: a loop that owns its thread waits in the OS
+        // (one `ppoll` and one `read`, where a turn of the runtime would poll for events,
+        // turn its timers and schedule this task). What came is taken by the `next_frame` arm
+        // below at once.
+        let idle = !spinning
+            && calls.none_running()
+            && pending_updates.is_empty()
+            && outbox.is_empty()
+            && !outgoing.is_busy();
+        if spec.wait_blocking && idle && only_task_on_runtime() {
+            receiver.wait_blocking();
+        }
         tokio::select! {
             biased;
             incoming = next_frame(&mut receiver) => match feed(&mut session, incoming) {

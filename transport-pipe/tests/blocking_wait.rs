@@ -1,0 +1,144 @@
+//! `FrameReceiver::wait_blocking` on a stream receiver over a real pipe: it waits in the OS
+//! until the peer writes or goes away, takes what came without the runtime, and never waits
+//! when a frame is buffered already or the rest of a large frame is due (which `poll_recv`
+//! reads into the frame's own buffer).
+
+use std::io::Write;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use airlock_protocol::transport::{FrameReceiver, Transport};
+use airlock_transport_pipe::{StreamConfig, StreamReceiver, StreamTransport};
+use tokio::net::unix::pipe;
+
+/// How long a helper thread waits before it writes the bytes that end a wait the receiver
+/// should never have started: a test that blocks fails after this long instead of hanging.
+const RESCUE_AFTER: Duration = Duration::from_secs(10);
+
+fn framed(payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap();
+    let mut bytes = len.to_le_bytes().to_vec();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// A receiver reading a fresh pipe, optionally able to wait blocking, and the pipe's write end.
+fn receiver(waits: bool) -> (StreamReceiver<pipe::Receiver>, std::fs::File) {
+    let (read, write) = rustix::pipe::pipe().unwrap();
+    // Only the read half is under test; its writer is the test's own blocking file.
+    let transport = StreamTransport::new(
+        pipe::Receiver::from_owned_fd(read).unwrap(),
+        tokio::io::sink(),
+        StreamConfig::default(),
+    );
+    let transport = if waits {
+        transport.with_blocking_wait().unwrap()
+    } else {
+        transport
+    };
+    (transport.split().1, std::fs::File::from(write))
+}
+
+/// The receiver's next frame if it is ready without the runtime doing anything (a poll with a
+/// waker that nobody wakes, on a runtime that has not turned since the bytes were written).
+fn ready_frame(receiver: &mut StreamReceiver<pipe::Receiver>) -> Poll<Option<Vec<u8>>> {
+    let mut cx = Context::from_waker(Waker::noop());
+    receiver
+        .poll_recv(&mut cx)
+        .map(|frame| frame.unwrap().map(|bytes| bytes.to_vec()))
+}
+
+/// Writes `bytes` to `writer` from another thread after `delay`.
+fn write_later(mut writer: std::fs::File, delay: Duration, bytes: Vec<u8>) {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        // The receiver may be gone by then (the test passed): nothing to report.
+        let _ = writer.write_all(&bytes);
+    });
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_receiver_not_made_to_wait_never_waits() {
+    let (mut receiver, mut writer) = receiver(false);
+    writer.write_all(&framed(b"hello")).unwrap();
+    assert!(!receiver.wait_blocking());
+    // Nothing took the bytes: they wait for the runtime to report the pipe readable. (This is
+    // also what makes `ready_frame` a proof, in the tests below, that a wait read them.)
+    assert_eq!(ready_frame(&mut receiver), Poll::Pending);
+    assert_eq!(receiver.recv().await.unwrap().unwrap(), &b"hello"[..]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_wait_lasts_until_the_peer_writes_and_takes_its_bytes_without_the_runtime() {
+    let (mut receiver, writer) = receiver(true);
+    let delay = Duration::from_millis(100);
+    let started = Instant::now();
+    write_later(writer, delay, framed(b"late"));
+    assert!(receiver.wait_blocking());
+    assert!(
+        started.elapsed() >= delay,
+        "the wait ended before the peer wrote"
+    );
+    // The bytes are in the receiver already: the runtime has not run since they came.
+    assert_eq!(
+        ready_frame(&mut receiver),
+        Poll::Ready(Some(b"late".to_vec()))
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_buffered_frame_is_not_waited_for() {
+    let (mut receiver, mut writer) = receiver(true);
+    let mut two = framed(b"first");
+    two.extend(framed(b"second"));
+    writer.write_all(&two).unwrap();
+    assert!(receiver.wait_blocking());
+    assert_eq!(
+        ready_frame(&mut receiver),
+        Poll::Ready(Some(b"first".to_vec()))
+    );
+    // "second" is buffered: a wait now would block until the rescue writes.
+    write_later(writer, RESCUE_AFTER, framed(b"rescue"));
+    let started = Instant::now();
+    assert!(!receiver.wait_blocking(), "waited with a frame buffered");
+    assert!(started.elapsed() < RESCUE_AFTER);
+    assert_eq!(
+        ready_frame(&mut receiver),
+        Poll::Ready(Some(b"second".to_vec()))
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_rest_of_a_large_frame_is_left_to_poll_recv() {
+    let (mut receiver, mut writer) = receiver(true);
+    let payload = vec![7u8; 1 << 20];
+    let whole = framed(&payload);
+    let (head, rest) = whole.split_at(1000);
+    writer.write_all(head).unwrap();
+    assert!(receiver.wait_blocking());
+    // Far more than one read's worth is due: `poll_recv` reads it into the frame's buffer.
+    let rescue = writer.try_clone().unwrap();
+    write_later(rescue, RESCUE_AFTER, vec![0; 1]);
+    let started = Instant::now();
+    assert!(
+        !receiver.wait_blocking(),
+        "waited for the rest of a large frame"
+    );
+    assert!(started.elapsed() < RESCUE_AFTER);
+    let rest = rest.to_vec();
+    let writing = std::thread::spawn(move || writer.write_all(&rest).unwrap());
+    assert_eq!(receiver.recv().await.unwrap().unwrap(), payload);
+    writing.join().unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_end_of_the_stream_ends_a_wait() {
+    let (mut receiver, writer) = receiver(true);
+    let delay = Duration::from_millis(50);
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        drop(writer);
+    });
+    assert!(receiver.wait_blocking());
+    assert_eq!(receiver.recv().await.unwrap(), None);
+}
