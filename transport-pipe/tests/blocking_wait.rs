@@ -57,6 +57,15 @@ fn write_later(mut writer: std::fs::File, delay: Duration, bytes: Vec<u8>) {
     });
 }
 
+/// Asserts that `receiver` does not wait; if it did, a byte written to `rescue` after
+/// [`RESCUE_AFTER`] ends the wait and the test fails instead of hanging.
+fn does_not_wait(receiver: &mut StreamReceiver<pipe::Receiver>, rescue: std::fs::File, with: &str) {
+    write_later(rescue, RESCUE_AFTER, vec![0; 1]);
+    let started = Instant::now();
+    assert!(!receiver.wait_blocking(), "waited with {with}");
+    assert!(started.elapsed() < RESCUE_AFTER, "waited with {with}");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn a_receiver_not_made_to_wait_never_waits() {
     let (mut receiver, mut writer) = receiver(false);
@@ -98,10 +107,7 @@ async fn a_buffered_frame_is_not_waited_for() {
         Poll::Ready(Some(b"first".to_vec()))
     );
     // "second" is buffered: a wait now would block until the rescue writes.
-    write_later(writer, RESCUE_AFTER, framed(b"rescue"));
-    let started = Instant::now();
-    assert!(!receiver.wait_blocking(), "waited with a frame buffered");
-    assert!(started.elapsed() < RESCUE_AFTER);
+    does_not_wait(&mut receiver, writer, "a frame buffered");
     assert_eq!(
         ready_frame(&mut receiver),
         Poll::Ready(Some(b"second".to_vec()))
