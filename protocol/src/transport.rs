@@ -138,12 +138,13 @@ pub trait FrameReceiver: Send {
     /// bytes or ended the stream, and takes what came into the receiver's buffer: for a loop
     /// that owns its thread and has nothing else to wait for (one wait in the OS and one read,
     /// without a turn of the runtime). There is no timeout: nothing but the peer ends the
-    /// wait. `true`: something came, and [`poll_recv`](Self::poll_recv) finds it (a frame, the
-    /// end of the stream or an error, which it meets again). `false`: it did not wait, because
-    /// a whole frame is buffered already, the rest of a large frame is wanted (`poll_recv`
-    /// reads it into the frame's own buffer), the wait failed (a filter refused the system
-    /// call; the receiver then never waits so again), or this receiver cannot wait so (the
-    /// default).
+    /// wait. `true`: the wait ended, and [`poll_recv`](Self::poll_recv) reports what came
+    /// (bytes, the end of the stream, a read error) or, after a spurious wake-up, waits
+    /// through the runtime. `false`: it did not wait, because the receiver holds bytes it has
+    /// not yet decoded (a whole frame, perhaps) or an error to report, the rest of a large
+    /// frame is wanted (`poll_recv` reads it into the frame's own buffer), the wait failed (a
+    /// filter refused the system call; the receiver then never waits so again), or this
+    /// receiver cannot wait so (the default).
     fn wait_blocking(&mut self) -> bool {
         false
     }

@@ -99,6 +99,7 @@ where
                 decoder: FrameDecoder::new(self.config.max_frame),
                 scratch: Vec::new(),
                 wait_fd: self.wait_fd,
+                deferred: None,
             },
         )
     }
@@ -124,6 +125,10 @@ pub struct StreamReceiver<R> {
     scratch: Vec<u8>,
     /// See [`StreamTransport::with_blocking_wait`].
     wait_fd: Option<OwnedFd>,
+    /// A read error [`FrameReceiver::wait_blocking`] met, reported by the next `poll_recv`
+    /// once the frames before it are returned: some errors are reported only once (a socket's
+    /// `ECONNRESET`; later reads see the end of the stream), so it is kept, not met again.
+    deferred: Option<std::io::Error>,
 }
 
 fn io_error(err: std::io::Error) -> TransportError {
@@ -226,6 +231,9 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             if let Some(frame) = self.decoder.next_frame()? {
                 return Poll::Ready(Ok(Some(frame)));
             }
+            if let Some(err) = self.deferred.take() {
+                return Poll::Ready(Err(io_error(err)));
+            }
             let wanted = self.decoder.wanted();
             // Each read is a future polled once, here: tokio's reads are cancel-safe, so one
             // that is not ready loses nothing and registers `cx` for the wake-up.
@@ -270,11 +278,11 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         let Some(fd) = self.wait_fd.as_ref() else {
             return false;
         };
-        // Nothing wanted: a whole frame (or a refused prefix) is buffered already, for
-        // `poll_recv` to return. The rest of a large frame is read by `poll_recv` too, into
-        // the frame's own buffer.
+        // Nothing wanted: the decoder has bytes to go on with (a whole frame or prefix, or a
+        // refused one), for `poll_recv`. The rest of a large frame is read by `poll_recv`
+        // too, into the frame's own buffer. A kept error is `poll_recv`'s to report.
         let wanted = self.decoder.wanted();
-        if wanted == 0 || wanted > READ_CHUNK {
+        if wanted == 0 || wanted > READ_CHUNK || self.deferred.is_some() {
             return false;
         }
         let mut fds = [PollFd::new(fd, PollFlags::IN)];
@@ -295,12 +303,17 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         if self.scratch.is_empty() {
             self.scratch = vec![0; READ_CHUNK];
         }
-        // Readable: bytes, the end of the stream or an error. Bytes join the decoder; the end
-        // and errors are left for `poll_recv`, which meets them again.
-        if let Ok(read) = rustix::io::read(fd, &mut self.scratch[..]) {
-            if let Some(bytes) = self.scratch.get(..read) {
-                self.decoder.extend(bytes);
+        // Readable: bytes, the end of the stream or an error. Bytes join the decoder; an error
+        // is kept for `poll_recv`; the end of the stream (and nothing after all, `EAGAIN` or
+        // `EINTR`) is left for `poll_recv`'s own read, which meets it again.
+        match rustix::io::read(fd, &mut self.scratch[..]) {
+            Ok(read) => {
+                if let Some(bytes) = self.scratch.get(..read) {
+                    self.decoder.extend(bytes);
+                }
             }
+            Err(Errno::AGAIN | Errno::INTR) => {}
+            Err(err) => self.deferred = Some(err.into()),
         }
         true
     }

@@ -8,6 +8,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::{FrameReceiver, Transport};
+use airlock_protocol::TransportError;
 use airlock_transport_pipe::{StreamConfig, StreamReceiver, StreamTransport};
 use tokio::net::unix::pipe;
 
@@ -122,7 +123,9 @@ async fn the_rest_of_a_large_frame_is_left_to_poll_recv() {
     let (head, rest) = whole.split_at(1000);
     writer.write_all(head).unwrap();
     assert!(receiver.wait_blocking());
-    // Far more than one read's worth is due: `poll_recv` reads it into the frame's buffer.
+    // The prefix is decoded (nothing of the frame is whole yet): from here on, far more than
+    // one read's worth is due, which `poll_recv` reads into the frame's buffer.
+    assert_eq!(ready_frame(&mut receiver), Poll::Pending);
     let rescue = writer.try_clone().unwrap();
     write_later(rescue, RESCUE_AFTER, vec![0; 1]);
     let started = Instant::now();
@@ -147,4 +150,36 @@ async fn the_end_of_the_stream_ends_a_wait() {
     });
     assert!(receiver.wait_blocking());
     assert_eq!(receiver.recv().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_read_error_a_wait_met_is_reported_after_the_frames_before_it() {
+    // A Unix socket whose peer closes with bytes of ours unread reports `ECONNRESET` to one
+    // read only; later reads see the end of the stream. The error must not turn into a clean
+    // end.
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    (&ours).write_all(b"never read by the peer").unwrap();
+    peer.write_all(&framed(b"last words")).unwrap();
+    drop(peer);
+    ours.set_nonblocking(true).unwrap();
+    let transport = StreamTransport::new(
+        tokio::net::UnixStream::from_std(ours).unwrap(),
+        tokio::io::sink(),
+        StreamConfig::default(),
+    );
+    let mut receiver = transport.with_blocking_wait().unwrap().split().1;
+    assert!(receiver.wait_blocking());
+    assert_eq!(receiver.recv().await.unwrap().unwrap(), &b"last words"[..]);
+    assert!(receiver.wait_blocking());
+    // Kept for `poll_recv`: no second wait, then the error.
+    assert!(!receiver.wait_blocking());
+    match receiver.recv().await {
+        Err(TransportError::Io(err)) => {
+            let kind = err
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind);
+            assert_eq!(kind, Some(std::io::ErrorKind::ConnectionReset), "{err}");
+        }
+        other => panic!("the reset became {other:?}"),
+    }
 }
