@@ -1,10 +1,12 @@
-//! A worker served by `Worker::serve_blocking` owns its runtime's one thread. Between calls,
-//! when nothing else of the worker's is alive, it waits for the host's next frame in the OS
-//! (`ppoll` and `read`) instead of through a turn of its runtime; a task a handler left
-//! running keeps it on the runtime's own wait, so that task is never held up.
+//! A worker served by `Worker::serve_blocking` that asks for it (`Worker::idle_wait_in_os`,
+//! as the bundled worker does) waits for the host's next frame in the OS (`ppoll` and `read`)
+//! between calls instead of through a turn of its runtime, while nothing else of its own is
+//! under way; a task a handler left running keeps it on the runtime's own wait, so that task is
+//! never held up. A worker that does not ask always waits through its runtime.
 //!
 //! Where the worker waits is read from `/proc/<pid>/syscall` (the system call its main thread
-//! is blocked in), which the host may read: it is root, or it owns the worker's user namespace.
+//! is blocked in). A root host may read it; an unprivileged host may not (the worker is not
+//! dumpable), and then only what the calls themselves show is checked.
 
 use std::time::{Duration, Instant};
 
@@ -14,11 +16,26 @@ use airlock_tests::e2e::{background_bin, worker_bin};
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
-/// The system call an idle worker's main thread is blocked in, by number, or `None` while it
-/// runs (or if it has gone).
-fn blocked_in(pid: u32) -> Option<i64> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
-    line.split_whitespace().next()?.parse().ok()
+/// The system call the worker's main thread is blocked in, by number (`None` while it runs),
+/// or `Err` if this host may not see it.
+fn blocked_in(pid: u32) -> std::io::Result<Option<i64>> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/syscall"))?;
+    Ok(line
+        .split_whitespace()
+        .next()
+        .and_then(|nr| nr.parse().ok()))
+}
+
+/// Whether this host may see where the worker waits; if not, says so (an unprivileged host).
+fn sees_where_it_waits(pid: u32) -> bool {
+    match blocked_in(pid) {
+        Ok(_) => true,
+        Err(err) if !rustix::process::geteuid().is_root() => {
+            eprintln!("skipped: an unprivileged host cannot read /proc/{pid}/syscall ({err})");
+            false
+        }
+        Err(err) => panic!("a root host cannot read /proc/{pid}/syscall: {err}"),
+    }
 }
 
 /// Waits (at most 10 s) until the worker's main thread is blocked in `ppoll`, the idle wait in
@@ -26,7 +43,7 @@ fn blocked_in(pid: u32) -> Option<i64> {
 async fn waits_in_the_os(pid: u32) -> Result<(), Option<i64>> {
     let started = Instant::now();
     loop {
-        let seen = blocked_in(pid);
+        let seen = blocked_in(pid).ok().flatten();
         if seen == Some(libc::SYS_ppoll) {
             return Ok(());
         }
@@ -37,6 +54,15 @@ async fn waits_in_the_os(pid: u32) -> Result<(), Option<i64>> {
     }
 }
 
+/// Whether system call `nr` is one of the waits of tokio's event loop.
+fn is_epoll_wait(nr: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if nr == libc::SYS_epoll_wait {
+        return true;
+    }
+    nr == libc::SYS_epoll_pwait || nr == libc::SYS_epoll_pwait2
+}
+
 async fn an_idle_worker_waits_in_the_os(builder: HostBuilder, transport: &str) {
     let host = builder.spawn().await.expect("spawn the bundled worker");
     let pid = host.worker_pid().expect("a process worker has a pid");
@@ -44,8 +70,10 @@ async fn an_idle_worker_waits_in_the_os(builder: HostBuilder, transport: &str) {
     for _ in 0..3 {
         assert_eq!(host.call::<Echo>(&body).await.unwrap(), body);
     }
-    if let Err(seen) = waits_in_the_os(pid).await {
-        panic!("{transport}: the idle worker waits in system call {seen:?}, not in ppoll");
+    if sees_where_it_waits(pid) {
+        if let Err(seen) = waits_in_the_os(pid).await {
+            panic!("{transport}: the idle worker waits in system call {seen:?}, not in ppoll");
+        }
     }
     // The wait in the OS takes the next call as the runtime would.
     assert_eq!(host.call::<Echo>(&body).await.unwrap(), body);
@@ -82,8 +110,41 @@ async fn a_task_a_handler_left_running_runs_while_the_worker_waits_for_the_host(
     );
     // With the task gone, this worker does wait in the OS: the task above was what kept it on
     // its runtime's wait.
-    if let Err(seen) = waits_in_the_os(pid).await {
-        panic!("the background worker waits in system call {seen:?}, not in ppoll");
+    if sees_where_it_waits(pid) {
+        if let Err(seen) = waits_in_the_os(pid).await {
+            panic!("the background worker waits in system call {seen:?}, not in ppoll");
+        }
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_does_not_ask_waits_through_its_runtime() {
+    let host = Host::builder(background_bin())
+        .arg("--runtime-wait")
+        .spawn()
+        .await
+        .expect("spawn the background worker");
+    let pid = host.worker_pid().expect("a process worker has a pid");
+    for _ in 0..3 {
+        assert!(!host.call::<BackgroundDone>(&()).await.unwrap());
+    }
+    if sees_where_it_waits(pid) {
+        // Idle, it settles in the runtime's wait (`epoll_wait` or `epoll_pwait`, as tokio's
+        // build chooses), and never in `ppoll`.
+        let started = Instant::now();
+        let mut settled = 0;
+        while started.elapsed() < Duration::from_secs(10) && settled < 10 {
+            match blocked_in(pid).unwrap() {
+                Some(nr) if is_epoll_wait(nr) => settled += 1,
+                seen => assert_ne!(seen, Some(libc::SYS_ppoll), "it waits in the OS"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            settled, 10,
+            "the idle worker never settled in the runtime's wait"
+        );
     }
     host.shutdown().await;
 }

@@ -39,8 +39,8 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
     }
 }
 
-/// The transport of a worker that owns its serving thread ([`Worker::serve_blocking`]), made
-/// able to wait for the host's frames in the OS between calls
+/// The transport of a worker that waits for the host in the OS while idle
+/// ([`Worker::idle_wait_in_os`] under [`Worker::serve_blocking`]), made able to
 /// (`FrameReceiver::wait_blocking`); any other worker's, unchanged.
 #[cfg(any(feature = "pipe", feature = "socket"))]
 fn waits_blocking<R, W>(
@@ -50,7 +50,7 @@ fn waits_blocking<R, W>(
 where
     R: std::os::fd::AsFd,
 {
-    if worker.owns_thread {
+    if worker.waits_in_os() {
         transport
             .with_blocking_wait()
             .map_err(ServeError::Transport)

@@ -33,6 +33,8 @@ pub struct Worker {
     error: Option<String>,
     /// Served by [`serve_blocking`](Self::serve_blocking), on a runtime and thread of its own.
     pub(crate) owns_thread: bool,
+    /// See [`idle_wait_in_os`](Self::idle_wait_in_os).
+    pub(crate) idle_wait_in_os: bool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -64,6 +66,7 @@ impl Worker {
             limits: None,
             error: None,
             owns_thread: false,
+            idle_wait_in_os: false,
         }
     }
 
@@ -84,6 +87,31 @@ impl Worker {
     #[must_use]
     pub fn max_concurrency(mut self, handlers: usize) -> Self {
         self.max_concurrency = handlers.max(1);
+        self
+    }
+
+    /// Lets a worker served by [`serve_blocking`](Self::serve_blocking) wait for the host's
+    /// next frame in the OS while it is idle (one `ppoll` and one `read`) instead of through a
+    /// turn of its runtime, which saves about a tenth of a small call's round trip. Off by
+    /// default; without `serve_blocking` it does nothing.
+    ///
+    /// The loop waits so only while nothing else of the worker's is under way on the runtime:
+    /// no call running, no answer or update waiting to be written, and no task alive on the
+    /// runtime but the loop's own (a task a handler spawned keeps the loop on the runtime's
+    /// wait until it ends, so it is never held up). What the runtime would do for code that
+    /// is not one of its tasks cannot be seen, and waits, possibly until the host has sent many
+    /// more calls (the loop turns the runtime only every hundred or so):
+    /// - a task spawned onto the runtime from another thread: through a `Handle` a handler
+    ///   passed out, or from a detached `spawn_blocking` closure, which runs with the
+    ///   runtime's context;
+    /// - a future another thread runs with `Handle::block_on`, whose timers and I/O the
+    ///   runtime drives.
+    ///
+    /// Turn it on only for a worker whose code does none of these (the bundled
+    /// `airlock-worker` does).
+    #[must_use]
+    pub fn idle_wait_in_os(mut self, on: bool) -> Self {
+        self.idle_wait_in_os = on;
         self
     }
 
@@ -296,9 +324,9 @@ impl Worker {
         transport: T,
         token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     ) -> Result<(), ServeError> {
-        let owns_thread = self.owns_thread;
+        let wait_blocking = self.waits_in_os();
         let mut spec = self.into_spec(token)?;
-        spec.wait_blocking = owns_thread;
+        spec.wait_blocking = wait_blocking;
         // A process worker spins only if its host asked for it (and it has CPUs to spare).
         spec.spin = airlock_protocol::spin::window_from_env();
         // One handler at a time: a blocking one may as well run on the serving thread.
@@ -306,20 +334,19 @@ impl Worker {
         serve_on(spec, transport).await
     }
 
+    /// Whether an idle serving loop waits for the host in the OS: only on
+    /// [`serve_blocking`](Self::serve_blocking)'s own thread, and only if asked for
+    /// ([`idle_wait_in_os`](Self::idle_wait_in_os)).
+    pub(crate) fn waits_in_os(&self) -> bool {
+        self.owns_thread && self.idle_wait_in_os
+    }
+
     /// [`serve`](Self::serve) on a single-threaded runtime of its own, for binaries that have
     /// none. Async handlers share that thread (cooperatively); register CPU-heavy or blocking
     /// work with [`blocking_method`](Self::blocking_method), which runs on a thread pool (or,
     /// with [`max_concurrency(1)`](Self::max_concurrency), on this thread).
-    ///
-    /// Between calls, while no task is alive on the runtime but the serving loop's own (none a
-    /// handler started, none still running a call), the thread waits for the host's next
-    /// frame in the OS (one `ppoll` and one `read`) instead of through a turn of the runtime;
-    /// that saves about a tenth of a small call's round trip. While any other task is alive
-    /// (a handler's task waiting on a timer, say), it waits through the runtime as usual, so
-    /// such a task is never held up. One case is: a task spawned onto this runtime *from
-    /// another thread*, through a `Handle` a handler passed out, while the worker is idle,
-    /// starts only when the host's next frame arrives. A program that does that should run
-    /// [`serve`](Self::serve) on a runtime of its own.
+    /// With [`idle_wait_in_os`](Self::idle_wait_in_os), an idle worker waits for the host in
+    /// the OS rather than through a turn of this runtime.
     pub fn serve_blocking(mut self) -> Result<(), ServeError> {
         self.owns_thread = true;
         // One thread: every hop of a call (reader, serving loop, handler, writer) stays on it,

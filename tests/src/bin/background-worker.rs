@@ -1,6 +1,8 @@
-//! `background-worker`: a worker served by `Worker::serve_blocking` whose handler leaves a task
-//! of its own running on the serving runtime after its call is answered. The idle-wait tests
-//! use it to show that such a task is not held up while the worker waits for the host.
+//! `background-worker [--runtime-wait]`: a worker served by `Worker::serve_blocking` whose
+//! handler leaves a task of its own running on the serving runtime after its call is answered.
+//! The idle-wait tests use it to show that such a task is not held up while the worker waits
+//! for the host. It asks to wait in the OS while idle (`Worker::idle_wait_in_os`) unless
+//! `--runtime-wait` is given.
 //!
 //! Its methods are `airlock_tests::background`'s.
 
@@ -14,7 +16,9 @@ use airlock_worker::Worker;
 static DONE: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
+    let in_os = !std::env::args().skip(1).any(|arg| arg == "--runtime-wait");
     let worker = Worker::new()
+        .idle_wait_in_os(in_os)
         .method::<StartBackground, _, _>(|millis| async move {
             DONE.store(false, Ordering::SeqCst);
             tokio::spawn(async move {

@@ -2,13 +2,16 @@
 //! transport its host set up.
 //!
 //! One optional argument, `--max-concurrency N`, sets `Worker::max_concurrency` (default 64);
-//! with 1, blocking handlers run on the serving thread.
+//! with 1, blocking handlers run on the serving thread. An idle worker waits for the host in
+//! the OS (`Worker::idle_wait_in_os`).
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut worker = airlock_worker::builtin::builtin_worker();
+    // The built-in handlers use the runtime only from its own tasks, so an idle worker may wait
+    // for the host in the OS (`Worker::idle_wait_in_os`).
+    let mut worker = airlock_worker::builtin::builtin_worker().idle_wait_in_os(true);
     match args.as_slice() {
         [] => {}
         [flag, n] if flag == "--max-concurrency" => match n.parse::<usize>() {

@@ -59,9 +59,9 @@ pub(crate) struct ServeSpec {
     /// and no host runtime shares the thread (an in-process twin's loop runs on the host's).
     pub(crate) inline_blocking: bool,
     /// Whether the loop may block its thread in the OS while it has nothing else to wait for
-    /// (`FrameReceiver::wait_blocking`). Only when the loop owns its runtime's one thread
-    /// (`Worker::serve_blocking`) and is the only task on it, so nothing else can need the
-    /// thread then.
+    /// (`FrameReceiver::wait_blocking`): asked for (`Worker::idle_wait_in_os`) by a loop that
+    /// owns its runtime's one thread (`Worker::serve_blocking`). It does so only while its
+    /// task is the only one on the runtime.
     pub(crate) wait_blocking: bool,
 }
 
