@@ -71,7 +71,8 @@ pub struct SocketReader {
 }
 
 /// The socket's descriptor, for [`StreamTransport::with_blocking_wait`](airlock_transport_pipe::StreamTransport::with_blocking_wait)
-/// (which duplicates it).
+/// (which duplicates it). Its `read`s, like `recv` without a control buffer, take no ancillary
+/// data: descriptors a peer attaches are discarded by the kernel.
 impl AsFd for SocketReader {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.get_ref().as_fd()

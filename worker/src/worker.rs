@@ -100,15 +100,15 @@ impl Worker {
     /// runtime but the loop's own (a task a handler spawned keeps the loop on the runtime's
     /// wait until it ends, so it is never held up). What the runtime would do for code that
     /// is not one of its tasks cannot be seen, and waits, possibly until the host has sent many
-    /// more calls (the loop turns the runtime only every hundred or so):
+    /// more calls (the loop lets the runtime turn only about once every hundred calls):
     /// - a task spawned onto the runtime from another thread: through a `Handle` a handler
     ///   passed out, or from a detached `spawn_blocking` closure, which runs with the
     ///   runtime's context;
     /// - a future another thread runs with `Handle::block_on`, whose timers and I/O the
     ///   runtime drives.
     ///
-    /// Turn it on only for a worker whose code does none of these (the bundled
-    /// `airlock-worker` does).
+    /// Turn it on only for a worker whose code does none of these. The bundled
+    /// `airlock-worker` turns it on: its handlers do none of them.
     #[must_use]
     pub fn idle_wait_in_os(mut self, on: bool) -> Self {
         self.idle_wait_in_os = on;

@@ -10,7 +10,9 @@
 //! call whose handler finishes on its first poll (most do) is answered inline, in the same
 //! turn that received it; only a handler that has to wait becomes a task of its own. Blocking
 //! handlers run on a pool thread each, bounded by `max_concurrency`; a process worker that runs
-//! one handler at a time runs them on the loop's own thread (no thread hop at all).
+//! one handler at a time runs them on the loop's own thread (no thread hop at all). A loop that
+//! owns its runtime's thread and was asked to (`Worker::idle_wait_in_os`) waits for the host in
+//! the OS while it is idle, instead of through a turn of the runtime.
 //!
 //! One file per job: [`apply`] (frames fed to the session, its events applied, answers sent),
 //! [`calls`] (the calls running and their handlers) and [`spin`] (the low-latency mode).
