@@ -37,6 +37,12 @@
 //! body, the received frame's own bytes rather than a copy (`serde_bytes::ByteBuf` is copied;
 //! the wire format is the same, so the host may send either).
 //!
+//! Speed: a worker served by [`Worker::serve_blocking`] whose code uses its runtime only from
+//! the runtime's own tasks may set [`Worker::idle_wait_in_os`]: between calls it then waits
+//! for the host in the OS rather than through a turn of the runtime (about a tenth off a small
+//! call; the bundled `airlock-worker` does). A worker that runs one handler at a time
+//! ([`Worker::max_concurrency`] 1) runs blocking handlers on its serving thread.
+//!
 //! Confinement: the host confines every worker before `exec` (namespaces, Landlock, a seccomp
 //! denylist, rlimits). When the host asks (it does by default), [`Worker::serve`] adds the
 //! innermost layer itself once its channel is open and before its `Hello`: a seccomp
