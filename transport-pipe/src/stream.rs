@@ -131,6 +131,23 @@ pub struct StreamReceiver<R> {
     deferred: Option<std::io::Error>,
 }
 
+/// The receiver's scratch buffer, allocated on first use.
+fn scratch_buffer(scratch: &mut Vec<u8>) -> &mut [u8] {
+    if scratch.is_empty() {
+        *scratch = vec![0; READ_CHUNK];
+    }
+    scratch
+}
+
+impl<R> StreamReceiver<R> {
+    /// Appends the first `read` bytes of the scratch buffer, just read into it, to the decoder.
+    fn keep_scratch(&mut self, read: usize) {
+        if let Some(bytes) = self.scratch.get(..read) {
+            self.decoder.extend(bytes);
+        }
+    }
+}
+
 fn io_error(err: std::io::Error) -> TransportError {
     TransportError::Io(Box::new(err))
 }
@@ -253,14 +270,10 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             } else {
                 // Prefixes and small frames: one read into the scratch buffer takes whatever
                 // the peer has written (often many frames), then it is appended.
-                if self.scratch.is_empty() {
-                    self.scratch = vec![0; READ_CHUNK];
-                }
-                let read = std::pin::pin!(self.reader.read(&mut self.scratch)).poll(cx);
+                let scratch = scratch_buffer(&mut self.scratch);
+                let read = std::pin::pin!(self.reader.read(scratch)).poll(cx);
                 let read = std::task::ready!(read).map_err(io_error)?;
-                if let Some(bytes) = self.scratch.get(..read) {
-                    self.decoder.extend(bytes);
-                }
+                self.keep_scratch(read);
                 read
             };
             if read == 0 {
@@ -300,18 +313,11 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
                 }
             }
         }
-        if self.scratch.is_empty() {
-            self.scratch = vec![0; READ_CHUNK];
-        }
         // Readable: bytes, the end of the stream or an error. Bytes join the decoder; an error
         // is kept for `poll_recv`; the end of the stream (and nothing after all, `EAGAIN` or
         // `EINTR`) is left for `poll_recv`'s own read, which meets it again.
-        match rustix::io::read(fd, &mut self.scratch[..]) {
-            Ok(read) => {
-                if let Some(bytes) = self.scratch.get(..read) {
-                    self.decoder.extend(bytes);
-                }
-            }
+        match rustix::io::read(fd, scratch_buffer(&mut self.scratch)) {
+            Ok(read) => self.keep_scratch(read),
             Err(Errno::AGAIN | Errno::INTR) => {}
             Err(err) => self.deferred = Some(err.into()),
         }

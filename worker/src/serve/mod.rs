@@ -36,13 +36,10 @@ use apply::{answer, feed, gather, send_update, Applying};
 use calls::Calls;
 use spin::Spin;
 
-/// Whether the serving loop's task is the only one on its runtime: a task of a handler's that
+/// Whether the serving loop's task is the only one on `runtime`: a task of a handler's that
 /// is still alive (waiting on a timer, say) must not wait behind a thread blocked in the OS.
-fn only_task_on_runtime() -> bool {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-        == 1
+fn only_task_on(runtime: &tokio::runtime::Handle) -> bool {
+    runtime.metrics().num_alive_tasks() == 1
 }
 
 /// Everything the loop needs besides the transport.
@@ -87,6 +84,8 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut limits = chosen.unwrap_or_default();
     // Spinning runs from the last input until the window closes, while it pays.
     let mut spin = spec.spin.map(Spin::new);
+    // The runtime whose tasks an idle wait in the OS must not hold up, if the loop may wait so.
+    let waits_on = spec.wait_blocking.then(tokio::runtime::Handle::current);
     let outcome = loop {
         calls.ran_on_loop = false;
         // Apply what the session decided (which may answer calls inline), then write
@@ -132,7 +131,7 @@ pub(crate) async fn serve_on<T: Transport>(
             && pending_updates.is_empty()
             && outbox.is_empty()
             && !outgoing.is_busy();
-        if spec.wait_blocking && idle && only_task_on_runtime() {
+        if idle && waits_on.as_ref().is_some_and(only_task_on) {
             receiver.wait_blocking();
         }
         tokio::select! {
