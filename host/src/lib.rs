@@ -102,6 +102,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod alarm;
 pub mod blocking;
 mod child;
 mod config;

@@ -3,7 +3,7 @@
 //! [`spawn_vforked`]; a confined one from the sandbox's init, [`exec_in_sandbox`]) and their
 //! children's steps, one read of this process's `SIGCHLD` disposition
 //! (`children_reaped_by_kernel`), one probe for a thread of this process (`thread_exists`),
-//! and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
+//! the count of forks (`count_forks`, a `pthread_atfork` handler), and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
 //! ids).
 //!
 //! Between `fork` (or the clone) and `exec` only async-signal-safe operations are allowed: no
@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::process::Command;
 
@@ -71,6 +72,34 @@ pub(crate) fn prepare_child(
             command.pre_exec(move || move_channel_to_3(std::os::fd::AsRawFd::as_raw_fd(&channel)));
         }
     }
+}
+
+/// How many `fork`s made this process, counted from the first [`count_forks`]: a process
+/// forked through the C library's `fork` starts with its parent's count plus one.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs in every child `fork` makes, before `fork` returns there: one atomic add, which is
+/// async-signal-safe.
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts the `fork`s that make each process from here on (see [`forks`]), from the first
+/// call on. A fork made with a raw `clone` system call is not counted: the C library's `fork`
+/// (which Rust's `Command`, and any program calling `fork`, go through) is.
+pub(crate) fn count_forks() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a handler that only adds to an atomic; called once per process,
+        // so the handler is registered once.
+        let _ = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+}
+
+/// This process's fork count: the same as its parent's only if it is the parent, once
+/// [`count_forks`] has run.
+pub(crate) fn forks() -> u64 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// True if thread `tid` exists in this process (`tgkill(getpid(), tid, 0)`: no signal is
