@@ -12,14 +12,26 @@
 //! armed. A fire may also come that is stale (armed for an instant since replaced): the
 //! supervisor only ever takes a fire as "look at the time now", so that is harmless.
 //!
+//! The thread takes the scheduling of the process's main thread (policy, nice value, CPUs)
+//! as it starts, not that of whichever thread spawned the first host: an application's
+//! idle-priority background thread must not make every host's deadlines late.
+//!
 //! **After a `fork`.** The thread belongs to the process that started it. A process forked
 //! from it has no such thread, and its copy of the thread's lock may be held forever (a fork
 //! copies a lock as it is, held by a thread that is not copied). So the thread's state is
-//! never touched in a forked child: its alarms are kept by the runtime's timer instead
-//! ([`kept_here`] is false there), as they would be with no thread at all. A host used in a
-//! forked child (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork` does so) keeps its
-//! deadlines; it only parks with a timeout again. Its supervisor, waiting for the thread when
-//! the fork came, is woken by the child's next call (`Live::try_begin`) and switches.
+//! never touched in a forked child ([`kept_here`] is false there): its alarms are kept by the
+//! runtime's timer, as they are where the thread could not be started. A supervisor that was
+//! waiting for the thread when the fork came switches at its next turn, which the child's
+//! next call on that host brings (`Live::try_begin` wakes it), as does any command or event
+//! (`invariant_04_ids_stay_fresh_on_both_sides_of_a_fork` and `fork_deadlines.rs` use hosts
+//! across a fork this way).
+//!
+//! What a child does not get: a call that was *in flight* across the fork, awaited in the
+//! child with no other use of its host there, is timed out only at the host's next turn in
+//! the child. Such a call is as much the parent's as the child's (both hold the worker's
+//! channel, and either may read its answer); a host's calls belong to one process. Forks that
+//! bypass the C library's `fork` (a raw `clone`, `_Fork`) are not seen at all: a process made
+//! that way must not use a host it inherited.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,11 +61,11 @@ static EARLIER: Condvar = Condvar::new();
 /// No process of this one's line has started the thread yet (or a start failed: the next
 /// alarm tries again).
 const NOT_STARTED: u64 = u64::MAX;
-/// Or'ed with a process's fork count: a thread of that process is starting the thread.
+/// Or'ed with a process id: a thread of that process is starting the deadline thread.
 const STARTING: u64 = 1 << 62;
 
 /// Which process the thread serves, as its fork count ([`forks`]), or one of the two states
-/// above. Copied by a fork, where the child's fork count differs from it.
+/// above. Copied by a fork, after which the child's fork count differs from it.
 static SERVES: AtomicU64 = AtomicU64::new(NOT_STARTED);
 
 /// True if this process's alarms are kept by the deadline thread: it started in this process,
@@ -66,30 +78,39 @@ pub(crate) fn kept_here() -> bool {
 /// process starts it. A forked child whose parent started one (or was starting one) does not
 /// start another, as that would take the lock the fork copied.
 fn start_once() {
-    count_forks();
-    let here = forks();
-    match SERVES.compare_exchange(
+    let pid = u64::from(std::process::id());
+    let starting = SERVES.compare_exchange(
         NOT_STARTED,
-        STARTING | here,
+        STARTING | pid,
         Ordering::AcqRel,
         Ordering::Acquire,
-    ) {
+    );
+    match starting {
         Ok(_) => {
-            let started = std::thread::Builder::new()
-                .name("airlock-deadlines".into())
-                .spawn(keep_deadlines);
+            // Forks are counted before the thread serves anyone: a child forked from here on
+            // never finds its count equal to `SERVES`. One forked before sees `STARTING` and
+            // another pid, and keeps its alarms on its runtime.
+            let started = count_forks().and_then(|()| {
+                std::thread::Builder::new()
+                    .name("airlock-timers".into())
+                    .spawn(keep_deadlines)
+            });
             match started {
-                Ok(_) => SERVES.store(here, Ordering::Release),
+                Ok(_) => SERVES.store(forks(), Ordering::Release),
                 Err(err) => {
                     // Deadlines stay with the runtime's timer until a later alarm starts it.
-                    tracing::warn!(%err, "airlock's deadline thread did not start; deadlines are kept by the runtime's timer");
+                    tracing::warn!(
+                        target: "airlock::spawn",
+                        %err,
+                        "airlock's deadline thread did not start; deadlines are kept by the runtime's timer"
+                    );
                     SERVES.store(NOT_STARTED, Ordering::Release);
                 }
             }
         }
-        // Being started here: a thread starts within microseconds.
-        Err(serves) if serves == STARTING | here => {
-            while SERVES.load(Ordering::Acquire) == STARTING | here {
+        // Being started in this process: a thread starts within microseconds.
+        Err(serves) if serves == STARTING | pid => {
+            while SERVES.load(Ordering::Acquire) == STARTING | pid {
                 std::thread::yield_now();
             }
         }
@@ -186,14 +207,30 @@ impl std::fmt::Debug for Alarm {
     }
 }
 
-/// The deadline thread's loop: fires every alarm whose instant has come, then sleeps until
-/// the earliest one left (or until one is armed earlier). Nothing in it can panic.
+/// The deadline thread: takes the main thread's scheduling, then fires every alarm whose
+/// instant has come and sleeps until the earliest one left (or until one is armed earlier).
+/// Nothing in it can panic.
 fn keep_deadlines() {
+    if let Err(err) = crate::sys::schedule_as_main_thread() {
+        tracing::warn!(
+            target: "airlock::spawn",
+            %err,
+            "airlock's deadline thread could not take the main thread's scheduling; it keeps the scheduling of the thread that spawned the process's first host"
+        );
+    }
+    let mut due = Vec::new();
     let mut deadlines = deadlines();
     loop {
         let now = Instant::now();
-        while let Some(due) = deadlines.armed.first_entry().filter(|e| e.key().0 <= now) {
-            due.remove().notify_one();
+        while let Some(entry) = deadlines.armed.first_entry().filter(|e| e.key().0 <= now) {
+            due.push(entry.remove());
+        }
+        if !due.is_empty() {
+            // Fired outside the lock: a supervisor arming its alarm never waits on a wake.
+            drop(deadlines);
+            due.drain(..).for_each(|fired| fired.notify_one());
+            deadlines = self::deadlines();
+            continue;
         }
         let next = deadlines.armed.first_key_value().map(|(&(at, _), _)| at);
         deadlines = match next {
