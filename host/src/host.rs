@@ -13,7 +13,6 @@ use airlock_protocol::{HostConfig, Method};
 use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::alarm::Alarm;
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
@@ -267,7 +266,6 @@ impl Host {
             settings.low_latency,
         )));
         let a_process = matches!(launcher, Launcher::Process);
-        let alarm = Alarm::new();
         let supervisor = Supervisor::new(
             Arc::clone(&settings),
             launcher,
@@ -275,7 +273,6 @@ impl Host {
             Arc::clone(&counters),
             Arc::clone(&alive),
             Arc::clone(&live),
-            alarm,
         );
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(supervisor.run(ready_tx));

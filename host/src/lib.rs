@@ -68,11 +68,6 @@
 //! - A worker served by `serve_blocking` with `Worker::idle_wait_in_os` waits for the next
 //!   call in the OS rather than through a turn of its runtime (a pinned small call 8.16 µs
 //!   against 9.96 µs; the bundled worker does; its docs say when a worker must not).
-//! - Call deadlines are kept by one thread per process (`airlock-timers`, started with the
-//!   first host), which sleeps until the earliest deadline of every host, so the runtime a
-//!   host runs on parks without a timeout between calls. That thread keeps real time: tokio's
-//!   paused test clock does not move a host's deadlines. A process forked from the host keeps
-//!   its hosts' deadlines on the runtime's timer instead.
 //! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs.
 //! - A confined spawn forks the host, so it grows with the host's memory: start a [`Pool`]
 //!   early in a large host.
@@ -92,7 +87,6 @@
 //! | --- | --- | --- | --- |
 //! | `airlock::spawn` | DEBUG | a worker process is up and connected (first or replacement) | `program`, `transport`, `confinement` (the mode), `duration_us` (the launch) |
 //! | `airlock::spawn` | WARN | no thread could be started to reap a killed worker (it stays a zombie until the host exits) | `pid` |
-//! | `airlock::spawn` | WARN | the deadline thread could not be started (deadlines are then kept by the runtime's timer, correctly but at some cost per call; the next host tries again) | `err` |
 //! | `airlock::handshake` | DEBUG | its `Hello` was accepted and its confinement verified | `worker_name`, `worker_version`, `methods` (how many), `duration_us` (from the spawn's end) |
 //! | `airlock::call` | DEBUG | a call ended | `method`, `call` (its number in this host, from 0: a local handle, never sent; the wire id is random), `outcome` (`ok` or the [`FailureCounts`] field it counts in), `duration_us`, `error` (on failure) |
 //! | `airlock::call` | DEBUG | a [`Pool`] retries a lost call ([`PoolBuilder::retry_lost_calls`]) | `method`, `retry_on` (the other worker's label), `reason` |
@@ -108,7 +102,6 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-mod alarm;
 pub mod blocking;
 mod child;
 mod config;

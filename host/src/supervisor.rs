@@ -33,7 +33,6 @@ use crate::reply::Replier;
 pub(crate) use crate::updates::Updates;
 use crate::updates::{Cost, UpdateBudget};
 
-use crate::alarm::Alarm;
 use crate::config::Settings;
 use crate::launch::{Launched, Launcher, WorkerProcess};
 use crate::stats::Counters;
@@ -95,9 +94,6 @@ pub(crate) struct Supervisor {
     launched_at: Instant,
     /// The cap on what streaming callers have not taken yet, per worker process.
     update_cap: Cost,
-    /// Keeps the current worker's next deadline (see [`crate::alarm`]): armed only when
-    /// that deadline moves, so calls do not touch it.
-    alarm: Alarm,
 }
 
 /// How one worker's life ended.
@@ -113,7 +109,6 @@ impl Supervisor {
         counters: Arc<Counters>,
         alive: Arc<AtomicBool>,
         live: Arc<Live>,
-        alarm: Alarm,
     ) -> Self {
         // Untaken updates may hold what one response could decode to.
         let update_cap = Cost {
@@ -133,7 +128,6 @@ impl Supervisor {
             restart_times: VecDeque::new(),
             shutdown: None,
             launched_at: Instant::now(),
-            alarm,
         }
     }
 
@@ -410,9 +404,10 @@ impl Supervisor {
             live.with_core(|core| core.session.shutdown());
             grace_until = Some(Instant::now() + self.settings.shutdown_grace);
         }
-        // The alarm is moved only when the next deadline changes. It is kept off the host's
-        // runtime: a timer there would make every park of the runtime, at least one per call,
-        // arm a kernel timer.
+        // One timer for the whole life, moved only when the next deadline changes: a fresh
+        // `sleep` per turn of the loop would enter and leave tokio's timer wheel several times
+        // per call.
+        let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
         let mut timer_set_for: Option<Instant> = None;
 
         let close_reason = loop {
@@ -462,12 +457,13 @@ impl Supervisor {
                         .chain(own_deadline)
                         .min();
                     core.timer_at = next;
-                    core.timer_by_thread = crate::alarm::kept_here();
                     next
                 })
                 .flatten();
             if next_deadline != timer_set_for {
-                self.alarm.set(next_deadline);
+                if let Some(at) = next_deadline {
+                    timer.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
                 timer_set_for = next_deadline;
             }
             tokio::select! {
@@ -500,7 +496,7 @@ impl Supervisor {
                         relay.worker_gone();
                     }
                 }
-                () = self.alarm.fired(), if timer_set_for.is_some() => {
+                () = &mut timer, if timer_set_for.is_some() => {
                     // Fired: re-armed next turn if a deadline is still pending.
                     timer_set_for = None;
                     let now = Instant::now();
@@ -515,8 +511,6 @@ impl Supervisor {
                 }
             }
         };
-        // This worker's deadlines are over with it: the next one arms afresh.
-        self.alarm.set(None);
 
         // 3. The worker is over. Write what the session still has to say (a `Refuse` telling a
         // refused worker why), for a bounded moment, then kill and reap it, stop its tasks,

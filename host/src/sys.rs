@@ -3,8 +3,7 @@
 //! [`spawn_vforked`]; a confined one from the sandbox's init, [`exec_in_sandbox`]) and their
 //! children's steps, one read of this process's `SIGCHLD` disposition
 //! (`children_reaped_by_kernel`), one probe for a thread of this process (`thread_exists`),
-//! the count of forks (`count_forks`, a `pthread_atfork` handler), one thread's scheduling
-//! (`schedule_as_main_thread`), and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
+//! and the page that `fork` wipes ([`WipeOnForkPage`], which holds the randomness of call
 //! ids).
 //!
 //! Between `fork` (or the clone) and `exec` only async-signal-safe operations are allowed: no
@@ -13,7 +12,6 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::process::Command;
 
@@ -73,79 +71,6 @@ pub(crate) fn prepare_child(
             command.pre_exec(move || move_channel_to_3(std::os::fd::AsRawFd::as_raw_fd(&channel)));
         }
     }
-}
-
-/// How many `fork`s made this process, counted once [`count_forks`] has run: a process
-/// forked through the C library's `fork` starts with its parent's count plus one (or more).
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// Runs in every child `fork` makes, before `fork` returns there: one atomic add, which is
-/// async-signal-safe.
-extern "C" fn forked_child() {
-    FORKS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Makes every `fork` from now on count in the child (see [`forks`]). A fork made with a raw
-/// `clone` system call or with `_Fork` is not counted: the C library's `fork` (which any
-/// program calling `fork` goes through) is. Called once per process by its caller's own
-/// rule; a second registration only makes each fork count twice, which keeps the rule.
-pub(crate) fn count_forks() -> std::io::Result<()> {
-    // SAFETY: registers a handler that only adds to an atomic.
-    let rc = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(rc))
-    }
-}
-
-/// This process's fork count: never its parent's, once [`count_forks`] has run in the parent.
-pub(crate) fn forks() -> u64 {
-    FORKS.load(Ordering::Relaxed)
-}
-
-/// Gives the calling thread the scheduling of the process's main thread: its policy and
-/// priority, its nice value and the CPUs it may run on. A new thread inherits those of the
-/// thread that made it, which may be a background thread the application runs at idle
-/// priority or on one CPU; a thread that serves the whole process must not depend on that.
-/// Each is tried; the first failure is returned (an unprivileged thread may be refused a
-/// higher priority than it has, within `RLIMIT_NICE`).
-pub(crate) fn schedule_as_main_thread() -> std::io::Result<()> {
-    let main = rustix::process::getpid();
-    let mut first_error = None;
-    let mut note = |result: std::io::Result<()>| {
-        if let Err(err) = result {
-            first_error.get_or_insert(err);
-        }
-    };
-    // SAFETY: plain system calls on integers and on a `sched_param` this function owns; pid 0
-    // names the calling thread.
-    note(unsafe {
-        let pid = main.as_raw_nonzero().get();
-        let policy = libc::sched_getscheduler(pid);
-        let mut param: libc::sched_param = std::mem::zeroed();
-        let copied = policy >= 0
-            && libc::sched_getparam(pid, &mut param) == 0
-            && libc::sched_setscheduler(0, policy, &param) == 0;
-        if copied {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    });
-    note(
-        rustix::process::getpriority_process(Some(main))
-            .and_then(|nice| {
-                rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
-            })
-            .map_err(std::io::Error::from),
-    );
-    note(
-        rustix::thread::sched_getaffinity(Some(main))
-            .and_then(|cpus| rustix::thread::sched_setaffinity(None, &cpus))
-            .map_err(std::io::Error::from),
-    );
-    first_error.map_or(Ok(()), Err)
 }
 
 /// True if thread `tid` exists in this process (`tgkill(getpid(), tid, 0)`: no signal is

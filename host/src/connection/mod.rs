@@ -212,8 +212,7 @@ impl Live {
             settled.gather = core.session.in_flight() >= GATHER_AT;
             // The supervisor's timer is left armed at the last deadline it saw, so a steady
             // stream of calls with one timeout wakes it once per timeout, not once per call.
-            let earlier = core.timer_at.is_none_or(|at| deadline < at)
-                || (core.timer_by_thread && !crate::alarm::kept_here());
+            let earlier = core.timer_at.is_none_or(|at| deadline < at);
             (settled, earlier)
         };
         if wake {
@@ -278,10 +277,6 @@ pub(crate) struct Core {
     pub(crate) last_words: Vec<Transmit>,
     /// What the supervisor's timer is armed for.
     pub(crate) timer_at: Option<Instant>,
-    /// Whether the deadline thread keeps that timer ([`crate::alarm`]). In a process forked
-    /// from the thread's, it never fires: the first call there wakes the supervisor, which
-    /// keeps its timer on the runtime from then on.
-    pub(crate) timer_by_thread: bool,
     closed: bool,
 }
 
@@ -370,7 +365,6 @@ impl Core {
             events: Vec::new(),
             last_words: Vec::new(),
             timer_at: None,
-            timer_by_thread: false,
             closed: false,
         }
     }
