@@ -78,15 +78,12 @@ fn a_host_used_in_a_forked_child_still_times_out_its_calls() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_millis(800);
     let caller = host.clone();
-    let mut call = runtime.block_on(async {
-        let call =
-            tokio::spawn(
-                async move { caller.call_with_deadline::<Sleep>(&60_000, deadline).await },
-            );
+    let mut call =
+        runtime.spawn(async move { caller.call_with_deadline::<Sleep>(&60_000, deadline).await });
+    runtime.block_on(async {
         while host.in_flight() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        call
     });
     let in_child = in_forked_child(|| {
         exit_code(runtime.block_on(async {
