@@ -142,6 +142,57 @@ impl Drop for RawLink {
     }
 }
 
+/// The raw blocking echo peer called from a tokio current-thread runtime with nothing on top:
+/// `block_on`'s own future writes each message and then awaits the answer on the pipe itself,
+/// with no task, channel, timer or check between. What any async round trip on tokio costs
+/// before it does anything of its own (a read that finds nothing, the runtime's park in
+/// `epoll_wait`, the read again), so the floor under `Host::call`.
+pub struct TokioLink {
+    to: tokio::net::unix::pipe::Sender,
+    from: tokio::net::unix::pipe::Receiver,
+    child: Child,
+}
+
+impl TokioLink {
+    /// Starts the raw echo peer on two pipes, registered with `rt`'s reactor.
+    pub fn echo(rt: &Runtime) -> Result<Self, Error> {
+        use std::os::fd::OwnedFd;
+        let mut child = peer("echo-pipe")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let to = OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
+        let from = OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
+        let _reactor = rt.enter();
+        Ok(Self {
+            to: tokio::net::unix::pipe::Sender::from_owned_fd(to)?,
+            from: tokio::net::unix::pipe::Receiver::from_owned_fd(from)?,
+            child,
+        })
+    }
+
+    /// `n` round trips of one 64-byte message, from `block_on`'s own future.
+    pub fn round_trips(&mut self, rt: &Runtime, n: u32) -> Result<Duration, Error> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut message = [0x5au8; SMALL];
+        rt.block_on(async {
+            let started = Instant::now();
+            for _ in 0..n {
+                self.to.write_all(&message).await?;
+                self.from.read_exact(&mut message).await?;
+            }
+            Ok(started.elapsed())
+        })
+    }
+}
+
+impl Drop for TokioLink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// servo's `ipc-channel`, typed: a `ByteBuf` serialised with bincode each way, no checks.
 pub struct IpcLink {
     requests: IpcSender<IpcMessage>,

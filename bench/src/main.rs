@@ -225,14 +225,21 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 }
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES [--blob]]
-/// [--spin MICROS]`: N small calls on one current-thread host (with `--window`, W at a time on a
-/// 2-thread host; with `--threads`, on a host of T runtime threads, 0 for current-thread; with
-/// `--body`, echoes of that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in
-/// the low-latency mode with that window) and
-/// nothing else, for a profiler to look at (`strace -f -c`, `perf record`,
+/// [--spin MICROS] [--tokio-floor]`: N small calls on one current-thread host (with `--window`,
+/// W at a time on a 2-thread host; with `--threads`, on a host of T runtime threads, 0 for
+/// current-thread; with `--body`, echoes of that size, as a `ByteBuf` or with `--blob` a `Blob`;
+/// with `--spin`, in the low-latency mode with that window; with `--tokio-floor`, no host at
+/// all: N round trips of the async floor, tokio and the raw echo peer) and nothing else, for a
+/// profiler to look at (`strace -f -c`, `perf record`,
 /// `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
+    if args.iter().any(|a| a == "--tokio-floor") {
+        let rt = links::runtime(0)?;
+        let elapsed = links::TokioLink::echo(&rt)?.round_trips(&rt, n)?;
+        report_calls(n, elapsed);
+        return Ok(());
+    }
     // `--unconfined`: a profiler that follows children cannot trace into the sandbox.
     let unconfined = args.iter().any(|a| a == "--unconfined");
     // `--window W`: W calls in flight on a 2-thread host, as the pipelined rows make them.
@@ -295,11 +302,15 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
         (None, None) => links::calls(&rt, &host, n)?,
     };
     rt.block_on(host.shutdown());
+    report_calls(n, elapsed);
+    Ok(())
+}
+
+fn report_calls(n: u32, elapsed: std::time::Duration) {
     eprintln!(
         "{n} calls: {:.2} µs each",
         elapsed.as_secs_f64() * 1e6 / f64::from(n)
     );
-    Ok(())
 }
 
 /// The number after `flag` in `args`, if the flag is there.

@@ -15,7 +15,7 @@ use serde_bytes::ByteBuf;
 use tokio::runtime::Runtime;
 
 use crate::alloc_count;
-use crate::links::{self, Error, IpcLink, Raw, RawLink};
+use crate::links::{self, Error, IpcLink, Raw, RawLink, TokioLink};
 use crate::proc_stats::{cpu_nanos, minor_faults};
 use crate::table::{Row, Unit};
 
@@ -290,6 +290,26 @@ fn small_calls(
                 }),
                 Box::new(|| Ok(micros_per(n, links::calls(&current, &one_slot_host, n)?))),
                 Box::new(|| Ok(micros_per(n, raw_pipe_4.round_trips(n)?))),
+            ],
+        },
+        Measured {
+            row: Row::new(
+                format!("the async floor, {regime}: tokio, current-thread runtime, nothing on top"),
+                Unit::Micros,
+                "tokio pipe round trip: write, then await the answer on the pipe",
+                &["raw blocking pipe", "Host::call Echo 64 B"],
+            ),
+            bursts: vec![
+                {
+                    let mut floor = TokioLink::echo(&current)?;
+                    let current = &current;
+                    Box::new(move || Ok(micros_per(n, floor.round_trips(current, n)?)))
+                },
+                {
+                    let mut raw = RawLink::echo(Raw::Pipe)?;
+                    Box::new(move || Ok(micros_per(n, raw.round_trips(n)?)))
+                },
+                Box::new(|| Ok(micros_per(n, links::calls(&current, &pipe_host, n)?))),
             ],
         },
         Measured {
