@@ -33,6 +33,7 @@ mod peak_rss;
 mod peer;
 mod phases;
 mod proc_stats;
+mod session_link;
 mod spawn_phases;
 mod table;
 mod targets;
@@ -225,18 +226,39 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 }
 
 /// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES [--blob]]
-/// [--spin MICROS] [--tokio-floor]`: N small calls on one current-thread host (with `--window`,
-/// W at a time on a 2-thread host; with `--threads`, on a host of T runtime threads, 0 for
-/// current-thread; with `--body`, echoes of that size, as a `ByteBuf` or with `--blob` a `Blob`;
-/// with `--spin`, in the low-latency mode with that window; with `--tokio-floor`, no host at
-/// all: N round trips of the async floor, tokio and the raw echo peer) and nothing else, for a
-/// profiler to look at (`strace -f -c`, `perf record`,
-/// `valgrind --tool=callgrind --trace-children=yes`).
+/// [--spin MICROS] [--tokio-floor] [--session-only [--blocking] [--worker-session]]`: N small
+/// calls on one current-thread host (with `--window`, W at a time on a 2-thread host; with
+/// `--threads`, on a host of T runtime threads, 0 for current-thread; with `--body`, echoes of
+/// that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in the low-latency mode
+/// with that window). With no host at all:
+/// `--tokio-floor`, N round trips of the async floor (tokio and the raw echo peer);
+/// `--session-only`, N calls made by airlock's host session driven in line by the caller
+/// (on tokio, or with `--blocking` on blocking pipes) against the bundled worker or, with
+/// `--worker-session`, airlock's worker session alone. Nothing else runs, for a profiler to
+/// look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     if args.iter().any(|a| a == "--tokio-floor") {
         let rt = links::runtime(0)?;
         let elapsed = links::TokioLink::echo(&rt)?.round_trips(&rt, n)?;
+        report_calls(n, elapsed);
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--session-only") {
+        use session_link::{SessionLink, Worker};
+        let flagged = |flag: &str| args.iter().any(|a| a == flag);
+        let worker = if flagged("--worker-session") {
+            Worker::SessionAlone
+        } else {
+            let at = args.iter().position(|a| a == "--worker").ok_or(USAGE)?;
+            Worker::Bundled(args.get(at + 1).ok_or(USAGE)?)
+        };
+        let elapsed = if flagged("--blocking") {
+            SessionLink::blocking(worker)?.round_trips_blocking(n)?
+        } else {
+            let rt = links::runtime(0)?;
+            SessionLink::on_tokio(&rt, worker)?.round_trips_async(&rt, n)?
+        };
         report_calls(n, elapsed);
         return Ok(());
     }

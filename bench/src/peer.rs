@@ -24,6 +24,8 @@ pub fn run(role: &str, args: &[String]) -> std::io::Result<()> {
         "bulk-stream" => bulk(std::io::stdin().lock(), stdout_file()?, true),
         "first-byte" => std::io::stdout().write_all(b"!"),
         "ipc" => ipc_echo(args.first().map(String::as_str).unwrap_or_default()),
+        // airlock's worker session alone on stdin and stdout: see `session_echo`.
+        "session-echo" => session_echo(std::io::stdin().lock(), stdout_file()?),
         other => Err(std::io::Error::other(format!("unknown peer role {other}"))),
     }
 }
@@ -49,6 +51,43 @@ fn echo(mut from: impl Read, mut to: impl Write) -> std::io::Result<()> {
             return ended(err);
         }
         to.write_all(&message)?;
+    }
+}
+
+/// airlock's sans-IO `WorkerSession` and nothing else, blocking: it sends its `Hello`, and
+/// answers every call by returning the request's encoded body as the response's (a `ByteBuf`
+/// echo is the same bytes both ways). The worker side of the bound a host made of its session
+/// alone reaches, with none of the bundled worker's runtime, dispatch or handler codec.
+fn session_echo(mut from: impl Read, mut to: impl Write) -> std::io::Result<()> {
+    use airlock_protocol::{WorkerConfig, WorkerEvent, WorkerSession};
+    let mut session = WorkerSession::new(&WorkerConfig::new("session-echo", "1.0"));
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        while let Some(event) = session.poll_event() {
+            if let WorkerEvent::Call { id, body, .. } = event {
+                session
+                    .reply_return(id, body)
+                    .map_err(std::io::Error::other)?;
+            }
+        }
+        while let Some(frame) = session.poll_transmit() {
+            let slices = [
+                std::io::IoSlice::new(&frame.head),
+                std::io::IoSlice::new(&frame.body),
+            ];
+            let written = to.write_vectored(&slices)?;
+            if written < frame.len() {
+                to.write_all(&frame.to_vec()[written..])?;
+            }
+        }
+        if session.is_closed() {
+            return Ok(());
+        }
+        let read = from.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(());
+        }
+        session.handle_bytes(&chunk[..read]);
     }
 }
 

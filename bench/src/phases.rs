@@ -17,6 +17,7 @@ use tokio::runtime::Runtime;
 use crate::alloc_count;
 use crate::links::{self, Error, IpcLink, Raw, RawLink, TokioLink};
 use crate::proc_stats::{cpu_nanos, minor_faults};
+use crate::session_link::{SessionLink, Worker as SessionWorker};
 use crate::table::{Row, Unit};
 
 /// The phases, each run in a process of its own (`peak-rss` starts a fresh one per repetition:
@@ -125,6 +126,52 @@ fn interleave(mut measured: Vec<Measured<'_>>, reps: usize) -> Result<Vec<Row>, 
     Ok(measured.into_iter().map(|m| m.row).collect())
 }
 
+/// The small call taken apart, pinned: `Host::call` to a confined worker and to an unconfined
+/// one, beside airlock's host session driven in line by the caller (no task, cell, timer or stats; `session_link`), with the bundled worker
+/// or the worker session alone, on tokio or on blocking pipes, then tokio with nothing on top
+/// and the raw pipe. Each step down removes one layer, so each ratio is what that layer costs.
+fn layers<'a>(
+    current: &'a Runtime,
+    worker: &'a str,
+    host: &'a Host,
+    unconfined: &'a Host,
+    n: u32,
+) -> Result<Measured<'a>, Error> {
+    let mut on_tokio = SessionLink::on_tokio(current, SessionWorker::Bundled(worker))?;
+    let mut blocking = SessionLink::blocking(SessionWorker::Bundled(worker))?;
+    let mut alone_on_tokio = SessionLink::on_tokio(current, SessionWorker::SessionAlone)?;
+    let mut alone_blocking = SessionLink::blocking(SessionWorker::SessionAlone)?;
+    let mut floor = TokioLink::echo(current)?;
+    let mut raw = RawLink::echo(Raw::Pipe)?;
+    Ok(Measured {
+        row: Row::new(
+            "the small call's layers, pinned: Host::call beside airlock's sessions alone, \
+             tokio alone and the raw pipe",
+            Unit::Micros,
+            "Host::call Echo 64 B",
+            &[
+                "Host::call Echo 64 B, Confinement::none()",
+                "host session in line on tokio, bundled worker (unconfined)",
+                "host session in line, blocking pipes, bundled worker (unconfined)",
+                "host session in line on tokio, worker session alone",
+                "both sessions alone, blocking pipes",
+                "tokio alone: a pipe round trip to the raw echo peer",
+                "raw blocking pipe",
+            ],
+        ),
+        bursts: vec![
+            Box::new(move || Ok(micros_per(n, links::calls(current, host, n)?))),
+            Box::new(move || Ok(micros_per(n, links::calls(current, unconfined, n)?))),
+            Box::new(move || Ok(micros_per(n, on_tokio.round_trips_async(current, n)?))),
+            Box::new(move || Ok(micros_per(n, blocking.round_trips_blocking(n)?))),
+            Box::new(move || Ok(micros_per(n, alone_on_tokio.round_trips_async(current, n)?))),
+            Box::new(move || Ok(micros_per(n, alone_blocking.round_trips_blocking(n)?))),
+            Box::new(move || Ok(micros_per(n, floor.round_trips(current, n)?))),
+            Box::new(move || Ok(micros_per(n, raw.round_trips(n)?))),
+        ],
+    })
+}
+
 /// Small round trips: `Host::call` of a 64-byte `Echo` beside raw pipes, raw sockets,
 /// ipc-channel and Python.
 fn small_calls(
@@ -210,6 +257,16 @@ fn small_calls(
     let mut raw_pipe_5 = RawLink::echo(Raw::Pipe)?;
     let mut ipc_2 = IpcLink::start()?;
     let one_slot_host = links::spawn_one_slot_host(&current, worker)?;
+    // The layers row, pinned only: the targets it explains are the pinned small call's.
+    let unconfined_host = match regime {
+        "pinned" => Some(links::spawn_host(
+            &current,
+            worker,
+            TransportChoice::Pipe,
+            Confinement::none(),
+        )?),
+        _ => None,
+    };
     let mut measured = vec![
         Measured {
             row: first,
@@ -294,26 +351,6 @@ fn small_calls(
         },
         Measured {
             row: Row::new(
-                format!("the async floor, {regime}: tokio, current-thread runtime, nothing on top"),
-                Unit::Micros,
-                "tokio pipe round trip: write, then await the answer on the pipe",
-                &["raw blocking pipe", "Host::call Echo 64 B"],
-            ),
-            bursts: vec![
-                {
-                    let mut floor = TokioLink::echo(&current)?;
-                    let current = &current;
-                    Box::new(move || Ok(micros_per(n, floor.round_trips(current, n)?)))
-                },
-                {
-                    let mut raw = RawLink::echo(Raw::Pipe)?;
-                    Box::new(move || Ok(micros_per(n, raw.round_trips(n)?)))
-                },
-                Box::new(|| Ok(micros_per(n, links::calls(&current, &pipe_host, n)?))),
-            ],
-        },
-        Measured {
-            row: Row::new(
                 format!("raw Unix socket vs raw pipe, {regime} (the OS channels alone)"),
                 Unit::Micros,
                 "raw Unix socket",
@@ -345,11 +382,15 @@ fn small_calls(
             ],
         });
     }
+    if let Some(unconfined_host) = &unconfined_host {
+        measured.push(layers(&current, worker, &pipe_host, unconfined_host, n)?);
+    }
     let rows = interleave(measured, scale.reps)?;
     for host in [&pipe_host, &socket_host, &one_slot_host]
         .into_iter()
         .chain(old_host.as_ref())
         .chain(spin_host.as_ref())
+        .chain(unconfined_host.as_ref())
     {
         current.block_on(host.shutdown());
     }

@@ -1,0 +1,256 @@
+//! The bundled worker driven by airlock's sans-IO `HostSession` and nothing else: the bound a
+//! host with no task between its caller and the pipe could reach.
+//!
+//! The caller does all of it in line: encode the request, `begin_call`, write the queued
+//! frames, then read, feed the clock and the bytes to the session and take its `Completed`
+//! event, decoding the answer. Every check the session makes is made; what `Host::call` adds
+//! around it is not: the reader and supervisor tasks, the reply cell and its wake, the
+//! deadline timer, the confinement, the stats. The worker is the same bundled
+//! `airlock-worker`, started unconfined on two pipes, or airlock's worker session alone
+//! (`peer session-echo`).
+
+use std::io::{IoSlice, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_protocol::{Event, HostConfig, HostSession, Method, Outcome};
+use airlock_worker::builtin::Echo;
+use serde_bytes::ByteBuf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::runtime::Runtime;
+
+use crate::links::Error;
+use crate::peer::SMALL;
+
+/// Call ids from OS randomness fetched a page at a time, as the host's own ids are: a system
+/// call per id would be a cost `Host::call` does not pay.
+struct PagedIds {
+    page: [u8; 4096],
+    used: usize,
+}
+
+impl PagedIds {
+    fn new() -> Self {
+        Self {
+            page: [0; 4096],
+            used: 4096,
+        }
+    }
+}
+
+impl rand_core::RngCore for PagedIds {
+    fn next_u32(&mut self) -> u32 {
+        let mut word = [0u8; 4];
+        self.fill_bytes(&mut word);
+        u32::from_le_bytes(word)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut word = [0u8; 8];
+        self.fill_bytes(&mut word);
+        u64::from_le_bytes(word)
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        for byte in dst {
+            if self.used == self.page.len() {
+                // A bench has no way on without randomness; the host proper returns an error.
+                #[allow(clippy::expect_used)]
+                getrandom::fill(&mut self.page).expect("OS randomness");
+                self.used = 0;
+            }
+            *byte = self.page[self.used];
+            self.used += 1;
+        }
+    }
+}
+
+impl rand_core::CryptoRng for PagedIds {}
+
+/// The host's side: its session, the worker process and the ends of its two pipes.
+pub struct SessionLink<W, R> {
+    session: HostSession,
+    ids: PagedIds,
+    chunk: Vec<u8>,
+    to: W,
+    from: R,
+    /// Killed and reaped on drop; `None` once handed to another link.
+    child: Option<Child>,
+}
+
+/// Which worker answers.
+#[derive(Clone, Copy, Debug)]
+pub enum Worker<'a> {
+    /// The bundled `airlock-worker` at this path, unconfined.
+    Bundled(&'a str),
+    /// This binary's `peer session-echo`: airlock's worker session and nothing else.
+    SessionAlone,
+}
+
+/// Starts the worker on two blocking pipes and runs the handshake: the session is ready, its
+/// `Welcome` written.
+fn handshake(worker: Worker<'_>) -> Result<SessionLink<std::fs::File, std::fs::File>, Error> {
+    let mut command = match worker {
+        Worker::Bundled(path) => Command::new(path),
+        Worker::SessionAlone => {
+            let mut command = Command::new(std::env::current_exe()?);
+            command.args(["peer", "session-echo"]);
+            command
+        }
+    };
+    let mut child = command
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let to = std::os::fd::OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
+    let from = std::os::fd::OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
+    let mut link = SessionLink {
+        session: HostSession::new(HostConfig::default(), Instant::now()),
+        ids: PagedIds::new(),
+        chunk: vec![0; 1 << 16],
+        to: std::fs::File::from(to),
+        from: std::fs::File::from(from),
+        child: Some(child),
+    };
+    loop {
+        match link.session.poll_event() {
+            Some(Event::Ready(_)) => break,
+            Some(other) => return Err(format!("handshake: {other:?}").into()),
+            None => {}
+        }
+        let read = link.from.read(&mut link.chunk)?;
+        link.feed(read)?;
+    }
+    link.transmit_blocking()?;
+    Ok(link)
+}
+
+impl SessionLink<std::fs::File, std::fs::File> {
+    /// The worker on blocking pipes, past its handshake.
+    pub fn blocking(worker: Worker<'_>) -> Result<Self, Error> {
+        handshake(worker)
+    }
+
+    fn transmit_blocking(&mut self) -> Result<(), Error> {
+        while let Some(frame) = self.session.poll_transmit() {
+            let slices = [IoSlice::new(&frame.head), IoSlice::new(&frame.body)];
+            let written = self.to.write_vectored(&slices)?;
+            if written < frame.len() {
+                self.to.write_all(&frame.to_vec()[written..])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `n` 64-byte `Echo` calls, blocking on the pipes.
+    pub fn round_trips_blocking(&mut self, n: u32) -> Result<Duration, Error> {
+        let message = ByteBuf::from(vec![0x5au8; SMALL]);
+        let started = Instant::now();
+        for _ in 0..n {
+            self.begin(&message)?;
+            self.transmit_blocking()?;
+            loop {
+                if let Some(answer) = self.answer()? {
+                    std::hint::black_box(answer);
+                    break;
+                }
+                let read = self.from.read(&mut self.chunk)?;
+                self.feed(read)?;
+            }
+        }
+        Ok(started.elapsed())
+    }
+}
+
+impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receiver> {
+    /// The worker on pipes registered with `rt`'s reactor, past its handshake.
+    pub fn on_tokio(rt: &Runtime, worker: Worker<'_>) -> Result<Self, Error> {
+        let mut ready = handshake(worker)?;
+        let _reactor = rt.enter();
+        Ok(Self {
+            session: std::mem::replace(
+                &mut ready.session,
+                HostSession::new(HostConfig::default(), Instant::now()),
+            ),
+            ids: PagedIds::new(),
+            chunk: vec![0; 1 << 16],
+            to: tokio::net::unix::pipe::Sender::from_file(ready.to.try_clone()?)?,
+            from: tokio::net::unix::pipe::Receiver::from_file(ready.from.try_clone()?)?,
+            child: ready.child.take(),
+        })
+    }
+
+    /// `n` 64-byte `Echo` calls from `block_on`'s own future, awaiting each answer on the pipe.
+    pub fn round_trips_async(&mut self, rt: &Runtime, n: u32) -> Result<Duration, Error> {
+        let message = ByteBuf::from(vec![0x5au8; SMALL]);
+        rt.block_on(async {
+            let started = Instant::now();
+            for _ in 0..n {
+                self.begin(&message)?;
+                while let Some(frame) = self.session.poll_transmit() {
+                    let slices = [IoSlice::new(&frame.head), IoSlice::new(&frame.body)];
+                    let written = self.to.write_vectored(&slices).await?;
+                    if written < frame.len() {
+                        self.to.write_all(&frame.to_vec()[written..]).await?;
+                    }
+                }
+                loop {
+                    if let Some(answer) = self.answer()? {
+                        std::hint::black_box(answer);
+                        break;
+                    }
+                    let read = self.from.read(&mut self.chunk).await?;
+                    self.feed(read)?;
+                }
+            }
+            Ok(started.elapsed())
+        })
+    }
+}
+
+impl<W, R> SessionLink<W, R> {
+    /// Encodes `message` and begins its call, as `Host::call` does: a 30 s deadline.
+    fn begin(&mut self, message: &ByteBuf) -> Result<(), Error> {
+        let body = airlock_codec::to_vec(message)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        self.session
+            .begin_call(Echo::NAME, body.into(), deadline, &mut self.ids)?;
+        Ok(())
+    }
+
+    /// Time first, then the bytes read, as the host's reader feeds them.
+    fn feed(&mut self, read: usize) -> Result<(), Error> {
+        if read == 0 {
+            return Err("the worker closed its channel".into());
+        }
+        self.session.handle_timeout(Instant::now());
+        self.session.handle_bytes(&self.chunk[..read]);
+        Ok(())
+    }
+
+    /// The decoded answer, if the session has completed the call.
+    fn answer(&mut self) -> Result<Option<ByteBuf>, Error> {
+        match self.session.poll_event() {
+            None => Ok(None),
+            Some(Event::Completed {
+                outcome: Outcome::Returned(body),
+                ..
+            }) => Ok(Some(airlock_codec::from_slice(
+                &body,
+                &airlock_codec::Limits::default(),
+            )?)),
+            Some(other) => Err(format!("the call did not return: {other:?}").into()),
+        }
+    }
+}
+
+impl<W, R> Drop for SessionLink<W, R> {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
