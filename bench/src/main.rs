@@ -167,9 +167,10 @@ fn phase(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `spawns N --worker PATH [--unconfined] [--resident MIB] [--threads T]`: N spawns to ready
-/// beside raw spawns, split into the host's launch and handshake phases (`spawn_phases.rs`), on
-/// a current-thread runtime or one of T threads (the bench's spawn rows use 2).
+/// `spawns N --worker PATH [--unconfined] [--resident MIB] [--threads T] [--pool K]`: N spawns
+/// to ready beside raw spawns, split into the host's launch and handshake phases
+/// (`spawn_phases.rs`), on a current-thread runtime or one of T threads (the bench's spawn rows
+/// use 2); with `--pool K`, instead N `Pool`s of K beside K spawns one after another.
 fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     let unconfined = args.iter().any(|a| a == "--unconfined");
@@ -177,12 +178,13 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     // of its own would have it (a fork copies the page tables of all of it).
     let resident = number_after(args, "--resident")?;
     let threads = number_after(args, "--threads")?.unwrap_or(0) as usize;
+    let pool = number_after(args, "--pool")?;
     let mut rest = Vec::new();
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--unconfined" => {}
-            "--resident" | "--threads" => {
+            "--resident" | "--threads" | "--pool" => {
                 given.next();
             }
             _ => rest.push(arg.clone()),
@@ -190,7 +192,10 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     }
     let options = options(&rest)?;
     let ballast = vec![1u8; resident.unwrap_or(0) as usize * 1024 * 1024];
-    spawn_phases::run(n, &options.worker, unconfined, threads)?;
+    match pool {
+        Some(size) => spawn_phases::pools(n, &options.worker, unconfined, threads, size as usize)?,
+        None => spawn_phases::run(n, &options.worker, unconfined, threads)?,
+    }
     drop(std::hint::black_box(ballast));
     Ok(())
 }

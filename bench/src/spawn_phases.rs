@@ -3,7 +3,9 @@
 //! from the supervisor's start of a launch to a connected channel: the spawner thread, the
 //! channel, the fork and `exec`, and for confined workers the sandbox's set-up) and the
 //! handshake (`airlock::handshake`, from there to the worker's verified `Hello`). What is left
-//! is the builder, the supervisor's start and the return to the caller.
+//! is the builder, the supervisor's start and the return to the caller. With `--pool K`, N
+//! `Pool`s of K to ready instead, each beside K spawns one after another (the order flipping
+//! every round): whether a `Pool`'s concurrent spawns gain anything on this machine.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,6 +107,66 @@ pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(),
         median(launch),
         median(handshake),
         median(rest)
+    );
+    Ok(())
+}
+
+/// N `Pool`s of `size` to ready, each beside `size` spawns one after another, the order flipping
+/// every round; prints the medians and their ratio.
+pub fn pools(
+    n: u32,
+    worker: &str,
+    unconfined: bool,
+    threads: usize,
+    size: usize,
+) -> Result<(), Error> {
+    let policy = if unconfined {
+        Confinement::none()
+    } else {
+        Confinement::strict()
+    };
+    let rt = links::runtime(threads)?;
+    let builder = || airlock_host::Host::builder(worker).confinement(policy.clone());
+    // The spawner threads start with the first spawns: not counted.
+    rt.block_on(async {
+        let pool = airlock_host::Pool::builder(builder())
+            .size(size)
+            .spawn()
+            .await?;
+        pool.shutdown().await;
+        Ok::<_, Error>(())
+    })?;
+    let (mut concurrent, mut in_a_row) = (vec![], vec![]);
+    for round in 0..n {
+        for pool_first in [round % 2 == 0, round % 2 == 1] {
+            let started = Instant::now();
+            rt.block_on(async {
+                if pool_first {
+                    let pool = airlock_host::Pool::builder(builder())
+                        .size(size)
+                        .spawn()
+                        .await?;
+                    concurrent.push(started.elapsed().as_secs_f64() * 1e3);
+                    pool.shutdown().await;
+                } else {
+                    let mut hosts = Vec::new();
+                    for _ in 0..size {
+                        hosts.push(builder().spawn().await?);
+                    }
+                    in_a_row.push(started.elapsed().as_secs_f64() * 1e3);
+                    for host in hosts {
+                        host.shutdown().await;
+                    }
+                }
+                Ok::<_, Error>(())
+            })?;
+        }
+    }
+    let (concurrent, in_a_row) = (median(concurrent), median(in_a_row));
+    println!(
+        "{n} rounds, medians (ms): a Pool of {size} {concurrent:.2}; {size} spawns one after \
+         another {in_a_row:.2} ({:.2}×)",
+        concurrent / in_a_row
     );
     Ok(())
 }
