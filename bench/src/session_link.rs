@@ -40,15 +40,11 @@ impl PagedIds {
 
 impl rand_core::RngCore for PagedIds {
     fn next_u32(&mut self) -> u32 {
-        let mut word = [0u8; 4];
-        self.fill_bytes(&mut word);
-        u32::from_le_bytes(word)
+        rand_core::impls::next_u32_via_fill(self)
     }
 
     fn next_u64(&mut self) -> u64 {
-        let mut word = [0u8; 8];
-        self.fill_bytes(&mut word);
-        u64::from_le_bytes(word)
+        rand_core::impls::next_u64_via_fill(self)
     }
 
     fn fill_bytes(&mut self, dst: &mut [u8]) {
