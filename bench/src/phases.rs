@@ -126,8 +126,9 @@ fn interleave(mut measured: Vec<Measured<'_>>, reps: usize) -> Result<Vec<Row>, 
     Ok(measured.into_iter().map(|m| m.row).collect())
 }
 
-/// The small call taken apart, pinned: `Host::call` to a confined worker and to an unconfined
-/// one, beside airlock's host session driven in line by the caller (no task, cell, timer or stats; `session_link`), with the bundled worker
+/// The small call taken apart, pinned: `Host::call` to a confined worker (from `block_on`'s
+/// future and from a spawned task) and to an unconfined one, beside airlock's host session
+/// driven in line by the caller (no task, cell, timer or stats; `session_link`), with the bundled worker
 /// or the worker session alone, on tokio or on blocking pipes, then tokio with nothing on top
 /// and the raw pipe. Each step down removes one layer, so each ratio is what that layer costs.
 fn layers<'a>(
@@ -150,17 +151,19 @@ fn layers<'a>(
             Unit::Micros,
             "Host::call Echo 64 B",
             &[
-                "Host::call Echo 64 B, Confinement::none()",
-                "host session in line on tokio, bundled worker (unconfined)",
-                "host session in line, blocking pipes, bundled worker (unconfined)",
-                "host session in line on tokio, worker session alone",
-                "both sessions alone, blocking pipes",
+                "the same from tokio::spawn",
+                "Host::call Echo 64 B, Confinement::none() (its calls go through the writer task)",
+                "host session in line on tokio, a deadline timer per call, bundled worker (unconfined)",
+                "host session in line, blocking pipes (no deadline kept), bundled worker (unconfined)",
+                "host session in line on tokio, a deadline timer per call, worker session alone",
+                "both sessions alone, blocking pipes (no deadline kept)",
                 "tokio alone: a pipe round trip to the raw echo peer",
                 "raw blocking pipe",
             ],
         ),
         bursts: vec![
             Box::new(move || Ok(micros_per(n, links::calls(current, host, n)?))),
+            Box::new(move || Ok(micros_per(n, links::calls_from_task(current, host, n)?))),
             Box::new(move || Ok(micros_per(n, links::calls(current, unconfined, n)?))),
             Box::new(move || Ok(micros_per(n, on_tokio.round_trips_async(current, n)?))),
             Box::new(move || Ok(micros_per(n, blocking.round_trips_blocking(n)?))),

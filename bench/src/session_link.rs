@@ -3,9 +3,10 @@
 //!
 //! The caller does all of it in line: encode the request, `begin_call`, write the queued
 //! frames, then read, feed the clock and the bytes to the session and take its `Completed`
-//! event, decoding the answer. Every check the session makes is made; what `Host::call` adds
-//! around it is not: the reader and supervisor tasks, the reply cell and its wake, the
-//! deadline timer, the confinement, the stats. The worker is the same bundled
+//! event, decoding the answer. Every check the session makes is made; on tokio the call's
+//! deadline is kept by a timer while the answer is awaited (on blocking pipes it is not).
+//! What `Host::call` adds around it is not: the reader and supervisor tasks, the reply cell
+//! and its wake, the confinement, the stats. The worker is the same bundled
 //! `airlock-worker`, started unconfined on two pipes, or airlock's worker session alone
 //! (`peer session-echo`).
 
@@ -145,6 +146,8 @@ impl SessionLink<std::fs::File, std::fs::File> {
         let message = ByteBuf::from(vec![0x5au8; SMALL]);
         let started = Instant::now();
         for _ in 0..n {
+            // No deadline is kept while blocked in `read`: a host would need a timed wait
+            // (see BENCHMARKS.md for what one costs).
             self.begin(&message)?;
             self.transmit_blocking()?;
             loop {
@@ -184,7 +187,7 @@ impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receive
         rt.block_on(async {
             let started = Instant::now();
             for _ in 0..n {
-                self.begin(&message)?;
+                let deadline = tokio::time::Instant::from_std(self.begin(&message)?);
                 while let Some(frame) = self.session.poll_transmit() {
                     let slices = [IoSlice::new(&frame.head), IoSlice::new(&frame.body)];
                     let written = self.to.write_vectored(&slices).await?;
@@ -197,8 +200,12 @@ impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receive
                         std::hint::black_box(answer);
                         break;
                     }
-                    let read = self.from.read(&mut self.chunk).await?;
-                    self.feed(read)?;
+                    // The deadline is kept while the answer is awaited, as a host must: a
+                    // timer per call, which the runtime arms at each park.
+                    match tokio::time::timeout_at(deadline, self.from.read(&mut self.chunk)).await {
+                        Ok(read) => self.feed(read?)?,
+                        Err(_) => self.session.handle_timeout(Instant::now()),
+                    }
                 }
             }
             Ok(started.elapsed())
@@ -207,13 +214,13 @@ impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receive
 }
 
 impl<W, R> SessionLink<W, R> {
-    /// Encodes `message` and begins its call, as `Host::call` does: a 30 s deadline.
-    fn begin(&mut self, message: &ByteBuf) -> Result<(), Error> {
+    /// Encodes `message` and begins its call, as `Host::call` does: a 30 s deadline, returned.
+    fn begin(&mut self, message: &ByteBuf) -> Result<Instant, Error> {
         let body = airlock_codec::to_vec(message)?;
         let deadline = Instant::now() + Duration::from_secs(30);
         self.session
             .begin_call(Echo::NAME, body.into(), deadline, &mut self.ids)?;
-        Ok(())
+        Ok(deadline)
     }
 
     /// Time first, then the bytes read, as the host's reader feeds them.
