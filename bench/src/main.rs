@@ -238,7 +238,8 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 /// with that window). With no host at all:
 /// `--tokio-floor`, N round trips of the async floor (tokio and the raw echo peer);
 /// `--session-only`, N calls made by airlock's host session driven in line by the caller
-/// (on tokio, or with `--blocking` on blocking pipes) against the bundled worker or, with
+/// (on tokio, W at a time with `--window`, or with `--blocking` one at a time on blocking
+/// pipes) against the bundled worker or, with
 /// `--worker-session`, airlock's worker session alone. Nothing else runs, for a profiler to
 /// look at (`strace -f -c`, `perf record`, `valgrind --tool=callgrind --trace-children=yes`).
 fn profile_calls(args: &[String]) -> Result<(), Error> {
@@ -258,7 +259,10 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
             let at = args.iter().position(|a| a == "--worker").ok_or(USAGE)?;
             Worker::Bundled(args.get(at + 1).ok_or(USAGE)?)
         };
-        let elapsed = if flagged("--blocking") {
+        let elapsed = if let Some(window) = number_after(args, "--window")? {
+            let rt = links::runtime(0)?;
+            SessionLink::on_tokio(&rt, worker)?.pipelined_async(&rt, n, window)?
+        } else if flagged("--blocking") {
             SessionLink::blocking(worker)?.round_trips_blocking(n)?
         } else {
             let rt = links::runtime(0)?;

@@ -426,21 +426,35 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     let body = BulkBody::of(BULK);
     let large_body = BulkBody::of(LARGE_BULK);
     let faults = ByProducts::new();
+    // The host session driven in line by one task (`session_link`): what the host's call path
+    // would do with none of its tasks around the session.
+    let in_line = links::runtime(0)?;
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
         let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
         let host = host.clone();
         let rt = &rt;
+        let in_line = &in_line;
         let mut raw = RawLink::echo(Raw::Pipe)?;
+        let mut session = SessionLink::on_tokio(in_line, SessionWorker::Bundled(worker))?;
         let mut row = Row::new(
             format!("pipelined, {window} in flight, one worker, 2-thread host"),
             Unit::KiloPerSec,
             "Host::call Echo 64 B",
-            &["raw pipelined echo, one write per message"],
+            &[
+                "raw pipelined echo, one write per message",
+                "host session in line, one task on a current-thread runtime, bundled worker (unconfined)",
+            ],
         );
         let mut bursts: Vec<Burst<'_>> = vec![
             Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
             Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
+            Box::new(move || {
+                Ok(kilo_per_sec(
+                    n,
+                    session.pipelined_async(in_line, n, window)?,
+                ))
+            }),
         ];
         if let Some(old_host) = old_host.clone() {
             row.baselines.push(crate::table::Series::new(COMPARED));

@@ -211,6 +211,49 @@ impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receive
             Ok(started.elapsed())
         })
     }
+
+    /// `n` 64-byte `Echo` calls with `window` in flight, from `block_on`'s own future: the
+    /// frames of the calls begun in a turn leave in one write, the answers are read in chunks,
+    /// and each answer taken lets the next call begin. The earliest deadline is kept by a
+    /// timer.
+    pub fn pipelined_async(
+        &mut self,
+        rt: &Runtime,
+        n: u32,
+        window: u32,
+    ) -> Result<Duration, Error> {
+        let message = ByteBuf::from(vec![0x5au8; SMALL]);
+        let mut batch = Vec::new();
+        rt.block_on(async {
+            let started = Instant::now();
+            let (mut begun, mut answered) = (0u32, 0u32);
+            loop {
+                while let Some(answer) = self.answer()? {
+                    std::hint::black_box(answer);
+                    answered += 1;
+                }
+                if answered == n {
+                    return Ok(started.elapsed());
+                }
+                while begun < n && begun - answered < window {
+                    self.begin(&message)?;
+                    begun += 1;
+                }
+                batch.clear();
+                while let Some(frame) = self.session.poll_transmit() {
+                    batch.extend_from_slice(&frame.head);
+                    batch.extend_from_slice(&frame.body);
+                }
+                self.to.write_all(&batch).await?;
+                let due = self.session.poll_timeout().ok_or("no call in flight")?;
+                let due = tokio::time::Instant::from_std(due);
+                match tokio::time::timeout_at(due, self.from.read(&mut self.chunk)).await {
+                    Ok(read) => self.feed(read?)?,
+                    Err(_) => self.session.handle_timeout(Instant::now()),
+                }
+            }
+        })
+    }
 }
 
 impl<W, R> SessionLink<W, R> {
