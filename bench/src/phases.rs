@@ -429,6 +429,14 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     // The host session driven in line by one task (`session_link`): what the host's call path
     // would do with none of its tasks around the session.
     let in_line = links::runtime(0)?;
+    // The same calls on a current-thread host: on two CPUs, a host of one thread leaves the
+    // other to the worker.
+    let current_host = links::spawn_host(
+        &in_line,
+        worker,
+        TransportChoice::Pipe,
+        Confinement::strict(),
+    )?;
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
         let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
@@ -444,8 +452,10 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
             &[
                 "raw pipelined echo, one write per message",
                 "host session in line, one task on a current-thread runtime, bundled worker (unconfined)",
+                "Host::call Echo 64 B on a current-thread host",
             ],
         );
+        let current_host = current_host.clone();
         let mut bursts: Vec<Burst<'_>> = vec![
             Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
             Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
@@ -453,6 +463,12 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 Ok(kilo_per_sec(
                     n,
                     session.pipelined_async(in_line, n, window)?,
+                ))
+            }),
+            Box::new(move || {
+                Ok(kilo_per_sec(
+                    n,
+                    links::pipelined(in_line, &current_host, n, window)?,
                 ))
             }),
         ];
@@ -545,6 +561,7 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     rt.block_on(host.shutdown());
     rt.block_on(large_host.shutdown());
     rt.block_on(pool.shutdown());
+    in_line.block_on(current_host.shutdown());
     if let Some(old_host) = old_host {
         rt.block_on(old_host.shutdown());
     }
