@@ -335,6 +335,11 @@ pub fn spawn_host(
     )?)
 }
 
+/// A host over a pipe pair to a `strict()`-confined worker: the bench's default.
+pub fn spawn_piped(rt: &Runtime, worker: &str) -> Result<Host, Error> {
+    spawn_host(rt, worker, TransportChoice::Pipe, Confinement::strict())
+}
+
 /// A default-confined host over the pipe in the opt-in low-latency mode (`window` of spin).
 pub fn spawn_low_latency_host(rt: &Runtime, worker: &str, window: Duration) -> Result<Host, Error> {
     Ok(rt.block_on(Host::builder(worker).low_latency(window).spawn())?)

@@ -186,14 +186,8 @@ fn small_calls(
     let n = 1000 * scale.size;
     let current = links::runtime(0)?;
     let multi = links::runtime(2)?;
-    let pipe_host = links::spawn_host(
-        &current,
-        worker,
-        TransportChoice::Pipe,
-        Confinement::strict(),
-    )?;
-    let multi_host =
-        links::spawn_host(&multi, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let pipe_host = links::spawn_piped(&current, worker)?;
+    let multi_host = links::spawn_piped(&multi, worker)?;
     let socket_host = links::spawn_host(
         &current,
         worker,
@@ -231,12 +225,7 @@ fn small_calls(
         println_skip("python3 not found: the Python baseline is skipped");
     }
     let old_host = match old {
-        Some(old) => Some(links::spawn_host(
-            &current,
-            old,
-            TransportChoice::Pipe,
-            Confinement::strict(),
-        )?),
+        Some(old) => Some(links::spawn_piped(&current, old)?),
         None => None,
     };
     if let Some(old_host) = old_host.clone() {
@@ -411,14 +400,9 @@ const COMPARED: &str = "the same call to the --compare-worker binary";
 /// Pipelined calls on one worker and on a `Pool` of two, and bulk echoes.
 fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>, Error> {
     let rt = links::runtime(2)?;
-    let host = links::spawn_host(&rt, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let host = links::spawn_piped(&rt, worker)?;
     let old_host = match old {
-        Some(old) => Some(links::spawn_host(
-            &rt,
-            old,
-            TransportChoice::Pipe,
-            Confinement::strict(),
-        )?),
+        Some(old) => Some(links::spawn_piped(&rt, old)?),
         None => None,
     };
     let pool = links::spawn_pool(&rt, worker, 2)?;
@@ -431,12 +415,7 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     let in_line = links::runtime(0)?;
     // The same calls on a current-thread host: on two CPUs, a host of one thread leaves the
     // other to the worker.
-    let current_host = links::spawn_host(
-        &in_line,
-        worker,
-        TransportChoice::Pipe,
-        Confinement::strict(),
-    )?;
+    let current_host = links::spawn_piped(&in_line, worker)?;
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
         let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
@@ -716,7 +695,7 @@ fn allocations(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     alloc_count::check()?;
     let n = 1000 * scale.size;
     let rt = links::runtime(0)?;
-    let host = links::spawn_host(&rt, worker, TransportChoice::Pipe, Confinement::strict())?;
+    let host = links::spawn_piped(&rt, worker)?;
     let mut ipc = IpcLink::start()?;
     let per_call = |count: u64| count as f64 / f64::from(n);
     let bytes = ByProducts::new();
@@ -805,12 +784,7 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
                     let started = std::time::Instant::now();
                     let mut hosts = Vec::new();
                     for _ in 0..4 {
-                        hosts.push(links::spawn_host(
-                            &rt,
-                            worker,
-                            TransportChoice::Pipe,
-                            Confinement::strict(),
-                        )?);
+                        hosts.push(links::spawn_piped(&rt, worker)?);
                     }
                     let elapsed = started.elapsed();
                     for host in hosts {
