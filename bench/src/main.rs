@@ -253,11 +253,11 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| a == "--session-only") {
         use session_link::{SessionLink, Worker};
         let flagged = |flag: &str| args.iter().any(|a| a == flag);
+        let path = value_after(args, "--worker")?;
         let worker = if flagged("--worker-session") {
             Worker::SessionAlone
         } else {
-            let at = args.iter().position(|a| a == "--worker").ok_or(USAGE)?;
-            Worker::Bundled(args.get(at + 1).ok_or(USAGE)?)
+            Worker::Bundled(&path)
         };
         let elapsed = if let Some(window) = number_after(args, "--window")? {
             let rt = links::runtime(0)?;

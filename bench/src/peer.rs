@@ -71,14 +71,7 @@ fn session_echo(mut from: impl Read, mut to: impl Write) -> std::io::Result<()> 
             }
         }
         while let Some(frame) = session.poll_transmit() {
-            let slices = [
-                std::io::IoSlice::new(&frame.head),
-                std::io::IoSlice::new(&frame.body),
-            ];
-            let written = to.write_vectored(&slices)?;
-            if written < frame.len() {
-                to.write_all(&frame.to_vec()[written..])?;
-            }
+            write_frame(&mut to, &frame)?;
         }
         if session.is_closed() {
             return Ok(());
@@ -89,6 +82,19 @@ fn session_echo(mut from: impl Read, mut to: impl Write) -> std::io::Result<()> 
         }
         session.handle_bytes(&chunk[..read]);
     }
+}
+
+/// Writes one frame, head and body in one vectored write (the rest, if it fell short, after).
+pub fn write_frame(to: &mut impl Write, frame: &airlock_protocol::Transmit) -> std::io::Result<()> {
+    let slices = [
+        std::io::IoSlice::new(&frame.head),
+        std::io::IoSlice::new(&frame.body),
+    ];
+    let written = to.write_vectored(&slices)?;
+    if written < frame.len() {
+        to.write_all(&frame.to_vec()[written..])?;
+    }
+    Ok(())
 }
 
 /// Echoes length-prefixed bodies (8-byte little-endian length): whole (`stream` false: read all

@@ -10,7 +10,7 @@
 //! `airlock-worker`, started unconfined on two pipes, or airlock's worker session alone
 //! (`peer session-echo`).
 
-use std::io::{IoSlice, Read, Write};
+use std::io::{IoSlice, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
 use crate::links::Error;
-use crate::peer::SMALL;
+use crate::peer::{write_frame, SMALL};
 
 /// Call ids from OS randomness fetched a page at a time, as the host's own ids are: a system
 /// call per id would be a cost `Host::call` does not pay.
@@ -71,8 +71,17 @@ pub struct SessionLink<W, R> {
     chunk: Vec<u8>,
     to: W,
     from: R,
-    /// Killed and reaped on drop; `None` once handed to another link.
-    child: Option<Child>,
+    child: Reaped,
+}
+
+/// The worker process, killed and reaped when its link is dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Which worker answers.
@@ -109,7 +118,7 @@ fn handshake(worker: Worker<'_>) -> Result<SessionLink<std::fs::File, std::fs::F
         chunk: vec![0; 1 << 16],
         to: std::fs::File::from(to),
         from: std::fs::File::from(from),
-        child: Some(child),
+        child: Reaped(child),
     };
     loop {
         match link.session.poll_event() {
@@ -132,11 +141,7 @@ impl SessionLink<std::fs::File, std::fs::File> {
 
     fn transmit_blocking(&mut self) -> Result<(), Error> {
         while let Some(frame) = self.session.poll_transmit() {
-            let slices = [IoSlice::new(&frame.head), IoSlice::new(&frame.body)];
-            let written = self.to.write_vectored(&slices)?;
-            if written < frame.len() {
-                self.to.write_all(&frame.to_vec()[written..])?;
-            }
+            write_frame(&mut self.to, &frame)?;
         }
         Ok(())
     }
@@ -166,18 +171,15 @@ impl SessionLink<std::fs::File, std::fs::File> {
 impl SessionLink<tokio::net::unix::pipe::Sender, tokio::net::unix::pipe::Receiver> {
     /// The worker on pipes registered with `rt`'s reactor, past its handshake.
     pub fn on_tokio(rt: &Runtime, worker: Worker<'_>) -> Result<Self, Error> {
-        let mut ready = handshake(worker)?;
+        let ready = handshake(worker)?;
         let _reactor = rt.enter();
         Ok(Self {
-            session: std::mem::replace(
-                &mut ready.session,
-                HostSession::new(HostConfig::default(), Instant::now()),
-            ),
-            ids: PagedIds::new(),
-            chunk: vec![0; 1 << 16],
-            to: tokio::net::unix::pipe::Sender::from_file(ready.to.try_clone()?)?,
-            from: tokio::net::unix::pipe::Receiver::from_file(ready.from.try_clone()?)?,
-            child: ready.child.take(),
+            session: ready.session,
+            ids: ready.ids,
+            chunk: ready.chunk,
+            to: tokio::net::unix::pipe::Sender::from_file(ready.to)?,
+            from: tokio::net::unix::pipe::Receiver::from_file(ready.from)?,
+            child: ready.child,
         })
     }
 
@@ -288,15 +290,6 @@ impl<W, R> SessionLink<W, R> {
                 &airlock_codec::Limits::default(),
             )?)),
             Some(other) => Err(format!("the call did not return: {other:?}").into()),
-        }
-    }
-}
-
-impl<W, R> Drop for SessionLink<W, R> {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

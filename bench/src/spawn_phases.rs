@@ -59,6 +59,15 @@ impl tracing::Subscriber for Recorder {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// `none()` for `--unconfined`, else the default `strict()`.
+fn policy(unconfined: bool) -> Confinement {
+    if unconfined {
+        Confinement::none()
+    } else {
+        Confinement::strict()
+    }
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
@@ -68,11 +77,7 @@ pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(),
     let phases = Arc::new(Mutex::new(Phases::default()));
     tracing::subscriber::set_global_default(Recorder(Arc::clone(&phases)))
         .map_err(|_| "a tracing subscriber is already installed")?;
-    let policy = if unconfined {
-        Confinement::none()
-    } else {
-        Confinement::strict()
-    };
+    let policy = policy(unconfined);
     let rt = links::runtime(threads)?;
     // The spawner thread starts with the first spawn: not counted.
     links::spawn_to_ready(&rt, worker, policy.clone())?;
@@ -120,20 +125,13 @@ pub fn pools(
     threads: usize,
     size: usize,
 ) -> Result<(), Error> {
-    let policy = if unconfined {
-        Confinement::none()
-    } else {
-        Confinement::strict()
-    };
+    let policy = policy(unconfined);
     let rt = links::runtime(threads)?;
     let builder = || airlock_host::Host::builder(worker).confinement(policy.clone());
+    let pool = || airlock_host::Pool::builder(builder()).size(size).spawn();
     // The spawner threads start with the first spawns: not counted.
     rt.block_on(async {
-        let pool = airlock_host::Pool::builder(builder())
-            .size(size)
-            .spawn()
-            .await?;
-        pool.shutdown().await;
+        pool().await?.shutdown().await;
         Ok::<_, Error>(())
     })?;
     let (mut concurrent, mut in_a_row) = (vec![], vec![]);
@@ -142,10 +140,7 @@ pub fn pools(
             let started = Instant::now();
             rt.block_on(async {
                 if pool_first {
-                    let pool = airlock_host::Pool::builder(builder())
-                        .size(size)
-                        .spawn()
-                        .await?;
+                    let pool = pool().await?;
                     concurrent.push(started.elapsed().as_secs_f64() * 1e3);
                     pool.shutdown().await;
                 } else {
