@@ -24,9 +24,11 @@
 //! task making that call, never the supervisor, which can still see the deadline pass and
 //! kill it.
 //!
-//! Responses are decoded by the reader after it releases the lock and before it reads the
-//! next frame: a worker whose response does not decode is cut off before any later frame of it
-//! is accepted.
+//! The reader takes the frames the worker has ready (up to 64) and hands them to the session
+//! in one turn under the lock, time first. Each frame is settled before the next; a small
+//! response is decoded there, a large one ends the turn and is decoded once the lock is
+//! released, before the reader's next turn. So a worker whose response does not decode is cut
+//! off before any later frame of it is accepted, even one read together with the lie.
 
 //!
 //! One file per party's job: [`link`] (the calls on the worker and their callers), [`reader`]
@@ -53,7 +55,7 @@ use reader::deliver;
 pub(crate) use reader::read_frames;
 pub(crate) use wire::{drive_writes, Wire};
 
-use crate::reply::Replier;
+use crate::reply::{Decoded, Replier};
 use crate::response::ResponseDecoding;
 use crate::supervisor::CallRequest;
 use crate::updates::Updates;
@@ -303,14 +305,9 @@ pub(crate) struct Settled {
 impl Settled {
     /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
     /// off first), writes what this party became the writer of (or hands it to the writer
-    /// task), and wakes the supervisor. `limits` comes with the reader's turns: responses and
-    /// the generation whose session may be cut off. True if the worker lied.
-    pub(crate) fn finish(
-        self,
-        live: &Live,
-        by: Party,
-        limits: Option<(&ResponseDecoding, u64)>,
-    ) -> bool {
+    /// task), and wakes the supervisor. `turn` comes with the reader's turns: the responses
+    /// it decoded under the lock and how to decode the rest. True if the worker lied.
+    pub(crate) fn finish(self, live: &Live, by: Party, turn: Option<ReaderTurn<'_>>) -> bool {
         let Settled {
             mut wake,
             returned,
@@ -326,8 +323,8 @@ impl Settled {
                 wire.hand_off(batch, gather);
             }
         }
-        let lied = match limits {
-            Some((limits, generation)) => deliver(live, generation, returned, more, limits),
+        let lied = match turn {
+            Some(turn) => deliver(live, turn, returned, more),
             // Only the reader accepts frames, so only its turns return responses.
             None => {
                 for returned in returned.into_iter().chain(more) {
@@ -344,6 +341,16 @@ impl Settled {
         }
         lied
     }
+}
+
+/// What a reader's turn hands to [`Settled::finish`] besides what it settled.
+pub(crate) struct ReaderTurn<'a> {
+    /// The budgets responses decode within.
+    pub(crate) limits: &'a ResponseDecoding,
+    /// The worker whose session a lie cuts off.
+    pub(crate) generation: u64,
+    /// Responses decoded under the lock, in the order of their frames, for their callers.
+    pub(crate) decoded: &'a mut Vec<Decoded>,
 }
 
 /// A response accepted from the worker, not yet decoded.
@@ -375,6 +382,14 @@ impl Core {
     /// the session, before the lock is released.
     pub(crate) fn settle(&mut self) -> Settled {
         let mut settled = Settled::default();
+        self.settle_events(&mut settled);
+        self.settle_transmits(&mut settled);
+        settled
+    }
+
+    /// The first half of [`settle`](Self::settle): the session's events, into `settled`. The
+    /// reader runs it after each frame of its turn, to act on that frame before the next.
+    fn settle_events(&mut self, settled: &mut Settled) {
         while let Some(event) = self.session.poll_event() {
             match event {
                 Event::Completed { id, outcome } => {
@@ -409,6 +424,11 @@ impl Core {
         if !self.closed {
             self.link.answer_timed_out();
         }
+    }
+
+    /// The second half of [`settle`](Self::settle): the session's frames, onto the wire (or
+    /// left to the supervisor once the session is closed).
+    fn settle_transmits(&mut self, settled: &mut Settled) {
         let mut batch = self.wire.take_spare();
         batch.extend(std::iter::from_fn(|| self.session.poll_transmit()));
         if self.closed {
@@ -420,43 +440,15 @@ impl Core {
         } else if let Some(batch) = self.wire.push(batch) {
             settled.write = Some((Arc::clone(&self.wire), batch));
         }
-        settled
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use airlock_protocol::{HostConfig, WorkerConfig, WorkerSession};
-
-    use super::recording::recording_wire;
+    use super::recording::{ready_sessions, recording_wire};
     use super::*;
     use crate::host::decode_response;
     use crate::reply::Cells;
-
-    /// A host session past its handshake with a worker serving `echo`.
-    fn ready_session() -> HostSession {
-        let mut host = HostSession::new(HostConfig::default(), Instant::now());
-        let mut config = WorkerConfig::new("test-worker", "1.0.0");
-        config.methods = vec!["echo".into()];
-        let mut worker = WorkerSession::new(&config);
-        loop {
-            let mut moved = false;
-            while let Some(t) = worker.poll_transmit() {
-                host.handle_bytes(&t.to_vec());
-                moved = true;
-            }
-            while let Some(t) = host.poll_transmit() {
-                worker.handle_bytes(&t.to_vec());
-                moved = true;
-            }
-            if !moved {
-                break;
-            }
-        }
-        assert!(host.is_ready());
-        while host.poll_event().is_some() {}
-        host
-    }
 
     #[test]
     fn callers_leave_their_writes_to_the_writer_from_gather_at_calls_in_flight() {
@@ -466,7 +458,7 @@ mod tests {
         runtime.block_on(async {
             let (wire, writes) = recording_wire();
             let live = Arc::new(Live::new(None));
-            let mut core = Core::new(1, ready_session(), Arc::clone(&wire));
+            let mut core = Core::new(1, ready_sessions().0, Arc::clone(&wire));
             core.accepting = true;
             *live.lock() = Some(core);
             let writer = tokio::spawn(drive_writes(wire, Arc::clone(&live)));

@@ -1,77 +1,66 @@
-//! The reader task: the worker's frames, handed to the session under the lock with time first,
-//! and the responses they complete decoded and delivered outside it, a liar cut off before its
-//! next frame is accepted.
+//! The reader task: the worker's frames, taken as many at a time as are ready and handed to
+//! the session under the lock with time first, the responses they complete decoded before the
+//! next frame is handed over and delivered outside the lock, a liar cut off before its next
+//! frame is accepted.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use airlock_codec::DecodeError;
-use airlock_protocol::transport::{next_frame, FrameReceiver};
+use airlock_protocol::transport::FrameReceiver;
 use airlock_protocol::{AbortReason, CloseReason, TransportError};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::reader_spin::{ReaderSpin, Turn};
-use super::{Live, Party, Returned};
-use crate::reply::Replier;
+use super::{Core, Live, Party, ReaderTurn, Returned, Settled};
+use crate::reply::{Decoded, Replier};
 use crate::response::ResponseDecoding;
 use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::CallError;
 
-/// Decodes and delivers what the reader's turn returned, outside the lock. A response that
-/// does not decode is a lie: the worker is cut off before the reader accepts another frame,
-/// and its caller hears `Decode` once the worker is reaped (as the calls lost with it hear
-/// `WorkerLost`), so no call begun after the caller sees `Decode` reaches the liar and nothing
-/// of the liar still runs. True if the worker lied.
+/// Decodes one response outside the lock or in a turn: the body is lent to the `Blob`s in it
+/// (a large one keeps the frame's bytes). A refusal is logged, with the budget and the method.
+fn decode(
+    returned: Returned,
+    limits: &ResponseDecoding,
+) -> Result<Decoded, (Replier, DecodeError)> {
+    let body = &returned.body;
+    let reply = returned.reply;
+    let decoded = airlock_protocol::blob::lending(body, || reply.returned(body, limits));
+    if let Err((_, err)) = &decoded {
+        limits.refused(&returned.method, err);
+    }
+    decoded
+}
+
+/// Decodes what the reader's turn left to decode outside the lock and delivers every response
+/// of the turn. A response that does not decode is a lie: the worker is cut off before the
+/// reader accepts another frame, and before any answer of the turn is published (so no caller
+/// answered in it can begin a call that reaches the liar); its caller hears `Decode` once the
+/// worker is reaped (as the calls lost with it hear `WorkerLost`), so nothing of the liar
+/// still runs then. True if the worker lied.
 pub(super) fn deliver(
     live: &Live,
-    generation: u64,
+    turn: ReaderTurn<'_>,
     returned: Option<Returned>,
     more: Vec<Returned>,
-    limits: &ResponseDecoding,
 ) -> bool {
-    let Some(first) = returned else {
-        return false;
-    };
-    // A refusal is logged, with the budget and the method, before the worker is cut off. The
-    // body is lent to the `Blob`s in the response: a large one keeps the frame's bytes.
-    let decode = |returned: Returned| {
-        let body = &returned.body;
-        let reply = returned.reply;
-        let decoded = airlock_protocol::blob::lending(body, || reply.returned(body, limits));
-        if let Err((_, err)) = &decoded {
-            limits.refused(&returned.method, err);
+    let mut late = Vec::new();
+    let mut refused = Vec::new();
+    for returned in returned.into_iter().chain(more) {
+        match decode(returned, turn.limits) {
+            Ok(decoded) => late.push(decoded),
+            Err(lie) => refused.push(lie),
         }
-        decoded
-    };
-    if more.is_empty() {
-        // The common case, without collecting.
-        return match decode(first) {
-            Ok(decoded) => {
-                decoded.publish();
-                false
-            }
-            Err(refused) => {
-                cut_off_liar(live, generation, vec![refused]);
-                true
-            }
-        };
     }
-    // The liar is cut off before any answer is published: no caller answered in this turn
-    // can begin a call that reaches it.
-    let (decoded, refused): (Vec<_>, Vec<_>) = std::iter::once(first)
-        .chain(more)
-        .map(decode)
-        .partition(Result::is_ok);
     let lied = !refused.is_empty();
     if lied {
-        cut_off_liar(
-            live,
-            generation,
-            refused.into_iter().filter_map(Result::err).collect(),
-        );
+        cut_off_liar(live, turn.generation, refused);
     }
-    for decoded in decoded.into_iter().filter_map(Result::ok) {
+    for decoded in turn.decoded.drain(..).chain(late) {
         decoded.publish();
     }
     lied
@@ -139,9 +128,119 @@ fn cut_off_liar(live: &Live, generation: u64, refused: Vec<(Replier, DecodeError
     settled.finish(live, Party::Reader, None);
 }
 
-/// The reader task: hands each frame to the session under the lock, deadlines first, and
-/// answers the callers it completes. `raise` carries the connection's `max_frame` once the
-/// worker is verified (`recv` is cancel-safe, so switching mid-wait loses nothing).
+/// What the receiver gave: a frame, the end of the stream, or a transport error.
+type Received = Result<Option<Bytes>, TransportError>;
+
+/// The most frames a turn of the reader takes: pipelined answers share one lock and one clock
+/// read, and callers wait on the lock for at most this many frames.
+const TURN_FRAMES: usize = 64;
+
+/// The largest response a turn decodes under the lock, so that the frames after it can be
+/// handed to the session in the same turn; a larger one ends its turn and is decoded outside
+/// the lock. Bounds the decoding a turn does under the lock to `TURN_FRAMES` times this.
+const DECODE_IN_TURN: usize = 4096;
+
+/// Takes what the receiver has ready into `taken`, waiting only for the first: frames until it
+/// would wait or [`TURN_FRAMES`] are taken, and ends at the end of the stream or an error.
+/// Cancel-safe: once it has taken anything it is ready.
+fn take_ready<'a>(
+    receiver: &'a mut dyn FrameReceiver,
+    taken: &'a mut VecDeque<Received>,
+) -> impl std::future::Future<Output = ()> + 'a {
+    std::future::poll_fn(move |cx| loop {
+        match receiver.poll_recv(cx) {
+            Poll::Ready(item) => {
+                let ends = !matches!(item, Ok(Some(_)));
+                taken.push_back(item);
+                if ends || taken.len() >= TURN_FRAMES {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending if taken.is_empty() => return Poll::Pending,
+            Poll::Pending => return Poll::Ready(()),
+        }
+    })
+}
+
+/// What a turn under the lock did.
+struct Turned {
+    settled: Settled,
+    /// The stream ended (or failed): the reader's last turn.
+    last: bool,
+    /// A response did not decode: the session is cut off.
+    lied: bool,
+}
+
+/// One turn of the reader under the lock: time first, then the frames `taken`, each settled
+/// before the next is handed to the session. A frame whose response is small is decoded here,
+/// so a lie is caught before the next frame is accepted; the turn ends after a frame with a
+/// larger response (decoded outside the lock, before the reader's next turn), after one that
+/// brought a streaming call's updates (delivered, perhaps waiting for room, before the call's
+/// next frame), after a lie, and at the end of the stream. Frames not handed over stay in
+/// `taken` for the next turn.
+fn take_turn(
+    core: &mut Core,
+    taken: &mut VecDeque<Received>,
+    limits: &ResponseDecoding,
+    decoded: &mut Vec<Decoded>,
+) -> Turned {
+    let mut settled = Settled::default();
+    let (mut last, mut lied) = (false, false);
+    // Time before frames: every frame taken had come in before this clock read, so a deadline
+    // that passed while one waited is seen before it, and it cannot complete a call already
+    // over.
+    let now = Instant::now();
+    if core.session.poll_timeout().is_some_and(|at| at <= now) {
+        core.session.handle_timeout(now);
+    }
+    while let Some(item) = taken.pop_front() {
+        last = !matches!(item, Ok(Some(_)));
+        let session = &mut core.session;
+        match item {
+            Ok(Some(payload)) => session.handle_frame(payload),
+            Ok(None) => session.handle_eof(),
+            Err(TransportError::Frame(err)) => session.handle_framing_error(err),
+            Err(_) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
+        }
+        core.settle_events(&mut settled);
+        if last || !settled.updates.is_empty() {
+            break;
+        }
+        // A frame completes at most one call.
+        let Some(returned) = settled.returned.take() else {
+            continue;
+        };
+        if returned.body.len() > DECODE_IN_TURN {
+            settled.returned = Some(returned);
+            break;
+        }
+        match decode(returned, limits) {
+            Ok(response) => decoded.push(response),
+            Err(refused) => {
+                // Cut off here, before any later frame is handed over: the frames still
+                // taken are dropped with the session.
+                core.link.refused.push(refused);
+                core.session
+                    .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
+                core.settle_events(&mut settled);
+                taken.clear();
+                lied = true;
+                break;
+            }
+        }
+    }
+    core.settle_transmits(&mut settled);
+    Turned {
+        settled,
+        last,
+        lied,
+    }
+}
+
+/// The reader task: takes the worker's frames as they come (several at once when several are
+/// ready), hands them to the session under the lock, deadlines first, and answers the callers
+/// they complete. `raise` carries the connection's `max_frame` once the worker is verified
+/// (`take_ready` is cancel-safe, so switching mid-wait loses nothing).
 pub(crate) async fn read_frames(
     mut receiver: Box<dyn FrameReceiver>,
     live: Arc<Live>,
@@ -152,33 +251,40 @@ pub(crate) async fn read_frames(
 ) {
     let mut raised = false;
     let mut spin = live.spin.map(ReaderSpin::new);
+    let mut taken = VecDeque::with_capacity(TURN_FRAMES);
+    let mut decoded = Vec::with_capacity(TURN_FRAMES);
     loop {
-        // Low-latency mode: for a window after each call begins, poll for the worker's frames
-        // instead of sleeping until they arrive (`HostBuilder::low_latency`), while it pays.
-        let (spinning, awaits_grant) = match spin.as_mut().map(|spin| spin.turn(&live)) {
-            None | Some(Turn::Sleep) => (false, false),
-            Some(Turn::Spin) => (true, false),
-            Some(Turn::SleepUntilGranted) => (false, true),
-            Some(Turn::LookAgain) => continue,
-        };
-        let item = tokio::select! {
-            biased;
-            max = &mut raise, if !raised => {
-                raised = true;
-                if let Ok(max) = max {
-                    receiver.set_max_frame(max);
+        if taken.is_empty() {
+            // Low-latency mode: for a window after each call begins, poll for the worker's
+            // frames instead of sleeping until they arrive (`HostBuilder::low_latency`), while
+            // it pays.
+            let (spinning, awaits_grant) = match spin.as_mut().map(|spin| spin.turn(&live)) {
+                None | Some(Turn::Sleep) => (false, false),
+                Some(Turn::Spin) => (true, false),
+                Some(Turn::SleepUntilGranted) => (false, true),
+                Some(Turn::LookAgain) => continue,
+            };
+            tokio::select! {
+                biased;
+                max = &mut raise, if !raised => {
+                    raised = true;
+                    if let Ok(max) = max {
+                        receiver.set_max_frame(max);
+                    }
+                    continue;
                 }
-                continue;
+                () = take_ready(&mut *receiver, &mut taken) => {}
+                () = tokio::task::yield_now(), if spinning => continue,
+                () = live.grant_wake.notified(), if awaits_grant => continue,
             }
-            item = next_frame(&mut *receiver) => item,
-            () = tokio::task::yield_now(), if spinning => continue,
-            () = live.grant_wake.notified(), if awaits_grant => continue,
-        };
-        let last = !matches!(item, Ok(Some(_)));
-        if let Some(spin) = spin.as_mut().filter(|_| !last) {
-            spin.frame_in(&live);
+            if let Some(spin) = spin
+                .as_mut()
+                .filter(|_| matches!(taken.front(), Some(Ok(Some(_)))))
+            {
+                spin.frame_in(&live);
+            }
         }
-        let settled = {
+        let turned = {
             let mut guard = live.lock();
             // Only this reader's own worker: once it is put down (this task is aborted, but an
             // abort lands only at the next `.await`), its frames and its end of stream are
@@ -186,30 +292,163 @@ pub(crate) async fn read_frames(
             let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
                 return;
             };
-            let session = &mut core.session;
-            match item {
-                Ok(Some(payload)) => {
-                    // Time before frames: a deadline that passed while this frame waited is
-                    // seen first, so the frame cannot complete a call already over.
-                    let now = Instant::now();
-                    if session.poll_timeout().is_some_and(|at| at <= now) {
-                        session.handle_timeout(now);
-                    }
-                    session.handle_frame(payload);
-                }
-                Ok(None) => session.handle_eof(),
-                Err(TransportError::Frame(err)) => session.handle_framing_error(err),
-                Err(_) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
-            }
-            core.settle()
+            take_turn(core, &mut taken, &limits, &mut decoded)
         };
-        let mut settled = settled;
+        let Turned {
+            mut settled,
+            last,
+            lied,
+        } = turned;
         let updates = std::mem::take(&mut settled.updates);
-        if settled.finish(&live, Party::Reader, Some((&limits, generation))) || last {
+        let turn = ReaderTurn {
+            limits: &limits,
+            generation,
+            decoded: &mut decoded,
+        };
+        if settled.finish(&live, Party::Reader, Some(turn)) || lied || last {
             return;
         }
         if !deliver_updates(&live, generation, updates, &limits, &budget).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Context;
+    use std::time::Duration;
+
+    use airlock_protocol::{FrameDecoder, WorkerEvent};
+
+    use super::*;
+    use crate::connection::recording::{ready_sessions, recording_wire};
+    use crate::connection::wire::now_or_never;
+    use crate::host::decode_response;
+    use crate::reply::Cells;
+    use crate::supervisor::CallRequest;
+    use crate::updates::Cost;
+    use crate::LostReason;
+
+    /// A receiver whose frames are all ready at once, as when the worker wrote them in one
+    /// write; after them it waits for ever.
+    struct AllReady(VecDeque<Bytes>);
+
+    #[async_trait::async_trait]
+    impl FrameReceiver for AllReady {
+        fn poll_recv(&mut self, _: &mut Context<'_>) -> Poll<Received> {
+            match self.0.pop_front() {
+                Some(frame) => Poll::Ready(Ok(Some(frame))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    /// What two `echo` callers expecting a `u64` hear when the worker answers the first with
+    /// `first` and the second with 7 in one write: as the reader leaves them (`None`: not yet
+    /// answered), then once the worker is reaped. Also whether the reader ended.
+    fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (wire, writes) = recording_wire();
+            let live = Arc::new(Live::new(None));
+            let (host, mut worker) = ready_sessions();
+            let mut core = Core::new(1, host, wire);
+            core.accepting = true;
+            *live.lock() = Some(core);
+            let cells = Arc::new(Cells::default());
+            let mut answers = Vec::new();
+            for key in 0..2 {
+                let (answer, reply) = cells.pair(decode_response::<u64>);
+                let call = CallRequest {
+                    key,
+                    method: "echo".into(),
+                    body: Bytes::from_static(&[0]),
+                    deadline: Instant::now() + Duration::from_secs(60),
+                    reply,
+                    updates: None,
+                };
+                assert!(live.try_begin(call, Party::Caller).is_ok());
+                answers.push(answer);
+            }
+            for frame in writes.lock().unwrap().concat() {
+                worker.handle_bytes(&frame);
+            }
+            let ids: Vec<_> = std::iter::from_fn(|| worker.poll_event())
+                .filter_map(|event| match event {
+                    WorkerEvent::Call { id, .. } => Some(id),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(ids.len(), 2, "the worker did not see both calls");
+            let seven = airlock_protocol::reuse::encode_body(&7u64).unwrap();
+            worker
+                .reply_return(ids[0], Bytes::copy_from_slice(first))
+                .unwrap();
+            worker.reply_return(ids[1], seven.into()).unwrap();
+            let mut decoder = FrameDecoder::new(u32::MAX);
+            while let Some(transmit) = worker.poll_transmit() {
+                decoder.extend(&transmit.to_vec());
+            }
+            let frames: VecDeque<_> =
+                std::iter::from_fn(|| decoder.next_frame().unwrap()).collect();
+            assert_eq!(frames.len(), 2);
+
+            let (_raise, raise) = oneshot::channel();
+            let reader = read_frames(
+                Box::new(AllReady(frames)),
+                Arc::clone(&live),
+                1,
+                raise,
+                ResponseDecoding::for_tests(),
+                UpdateBudget::new(Cost::default()),
+            );
+            // One poll: the reader takes both frames in one turn, then ends (it cut a liar
+            // off) or waits for more.
+            let ended = now_or_never(reader).is_some();
+            let mut heard: Vec<_> = answers.iter_mut().map(now_or_never).collect();
+            // What the supervisor does once the worker is reaped.
+            if let Some(core) = live.lock().as_mut() {
+                core.link.fail_all(&LostReason::HandshakeTimeout);
+            }
+            for (heard, answer) in heard.iter_mut().zip(&mut answers) {
+                if heard.is_none() {
+                    *heard = Some(now_or_never(answer).expect("answered once reaped"));
+                }
+            }
+            (heard, ended)
+        })
+    }
+
+    /// The answers an honest worker writes together are all delivered in the reader's turn:
+    /// the second frame of the write is handed over in the same turn as the first.
+    #[test]
+    fn answers_written_together_are_delivered_in_one_turn() {
+        let five = airlock_protocol::reuse::encode_body(&5u64).unwrap();
+        let (heard, ended) = answered_together(&five);
+        assert_eq!(heard, [Some(Ok(5)), Some(Ok(7))]);
+        assert!(!ended, "the reader stopped reading an honest worker");
+    }
+
+    /// Invariant: a worker whose response does not decode is cut off before any later frame
+    /// of it is accepted, even a frame read in the same turn: the answer written after the lie
+    /// never reaches its caller, who hears `WorkerLost` once the liar is reaped.
+    #[test]
+    fn a_lie_read_together_with_a_later_answer_cuts_the_worker_off_before_that_answer() {
+        // An empty body is not a `u64`.
+        let (heard, ended) = answered_together(&[]);
+        assert!(ended, "the reader went on reading a worker that lied");
+        assert!(
+            matches!(heard[0], Some(Err(CallError::Decode(_)))),
+            "{:?}",
+            heard[0]
+        );
+        assert!(
+            matches!(heard[1], Some(Err(CallError::WorkerLost(_)))),
+            "the answer written after the lie was delivered: {:?}",
+            heard[1]
+        );
     }
 }

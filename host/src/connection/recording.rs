@@ -1,16 +1,21 @@
-//! A frame sender for the connection's unit tests: it takes every batch at once and records
-//! the heads of each write.
+//! What the connection's unit tests share: a frame sender that takes every batch at once and
+//! records each write, and a host session past its handshake with its worker's session.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use std::time::Instant;
+
 use airlock_protocol::transport::{FrameSender, Outgoing, SendProgress};
-use airlock_protocol::{Transmit, TransportError};
+use airlock_protocol::{
+    HostConfig, HostSession, Transmit, TransportError, WorkerConfig, WorkerSession,
+};
 use bytes::Bytes;
 
 use super::wire::Wire;
 
-/// The heads of every write so far, one list per write.
+/// The frames of every write so far (each whole, as the worker would read it), one list per
+/// write.
 pub(super) type Writes = Arc<Mutex<Vec<Vec<Bytes>>>>;
 
 struct Recorder(Writes);
@@ -23,8 +28,8 @@ impl FrameSender for Recorder {
         batch: &[Transmit],
         _: &mut SendProgress,
     ) -> Poll<Result<(), TransportError>> {
-        let heads = batch.iter().map(|t| t.head.clone()).collect();
-        self.0.lock().unwrap().push(heads);
+        let frames = batch.iter().map(|t| Bytes::from(t.to_vec())).collect();
+        self.0.lock().unwrap().push(frames);
         Poll::Ready(Ok(()))
     }
 
@@ -39,4 +44,30 @@ pub(super) fn recording_wire() -> (Arc<Wire>, Writes) {
     let writes = Writes::default();
     let outgoing = Outgoing::new(Box::new(Recorder(Arc::clone(&writes))));
     (Arc::new(Wire::new(outgoing, true)), writes)
+}
+
+/// A host session past its handshake with a worker serving `echo`, and that worker's session.
+pub(super) fn ready_sessions() -> (HostSession, WorkerSession) {
+    let mut host = HostSession::new(HostConfig::default(), Instant::now());
+    let mut config = WorkerConfig::new("test-worker", "1.0.0");
+    config.methods = vec!["echo".into()];
+    let mut worker = WorkerSession::new(&config);
+    loop {
+        let mut moved = false;
+        while let Some(t) = worker.poll_transmit() {
+            host.handle_bytes(&t.to_vec());
+            moved = true;
+        }
+        while let Some(t) = host.poll_transmit() {
+            worker.handle_bytes(&t.to_vec());
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert!(host.is_ready());
+    while host.poll_event().is_some() {}
+    while worker.poll_event().is_some() {}
+    (host, worker)
 }
