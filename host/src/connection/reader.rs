@@ -319,13 +319,13 @@ mod tests {
     use std::task::Context;
     use std::time::Duration;
 
-    use airlock_protocol::{FrameDecoder, WorkerEvent};
+    use airlock_protocol::{CallId, FrameDecoder, WorkerEvent, WorkerSession};
 
     use super::*;
     use crate::connection::recording::{ready_sessions, recording_wire};
     use crate::connection::wire::now_or_never;
     use crate::host::decode_response;
-    use crate::reply::Cells;
+    use crate::reply::{Cells, Reply};
     use crate::supervisor::CallRequest;
     use crate::updates::Cost;
     use crate::LostReason;
@@ -344,14 +344,18 @@ mod tests {
         }
     }
 
-    /// What two `echo` callers expecting a `u64` hear when the worker answers the first with
-    /// `first` and the second with 7 in one write: as the reader leaves them (`None`: not yet
-    /// answered), then once the worker is reaped. Also whether the reader ended.
-    fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+    /// A connected worker's session and the host's calls on it, each answered with a `u64`.
+    struct Calls {
+        live: Arc<Live>,
+        worker: WorkerSession,
+        ids: Vec<CallId>,
+        answers: Vec<Reply<u64>>,
+    }
+
+    impl Calls {
+        /// Begins one `echo` call for each entry of `updates` (a streaming call's channel, or
+        /// none), and lets the worker's session take them. Inside a runtime.
+        fn begin(updates: Vec<Option<Updates>>) -> Self {
             let (wire, writes) = recording_wire();
             let live = Arc::new(Live::new(None));
             let (host, mut worker) = ready_sessions();
@@ -360,7 +364,7 @@ mod tests {
             *live.lock() = Some(core);
             let cells = Arc::new(Cells::default());
             let mut answers = Vec::new();
-            for key in 0..2 {
+            for (key, updates) in (0..).zip(updates) {
                 let (answer, reply) = cells.pair(decode_response::<u64>);
                 let call = CallRequest {
                     key,
@@ -368,7 +372,7 @@ mod tests {
                     body: Bytes::from_static(&[0]),
                     deadline: Instant::now() + Duration::from_secs(60),
                     reply,
-                    updates: None,
+                    updates,
                 };
                 assert!(live.try_begin(call, Party::Caller).is_ok());
                 answers.push(answer);
@@ -382,38 +386,82 @@ mod tests {
                     _ => None,
                 })
                 .collect();
-            assert_eq!(ids.len(), 2, "the worker did not see both calls");
-            let seven = airlock_protocol::reuse::encode_body(&7u64).unwrap();
-            worker
-                .reply_return(ids[0], Bytes::copy_from_slice(first))
-                .unwrap();
-            worker.reply_return(ids[1], seven.into()).unwrap();
+            assert_eq!(
+                ids.len(),
+                answers.len(),
+                "the worker did not see every call"
+            );
+            Self {
+                live,
+                worker,
+                ids,
+                answers,
+            }
+        }
+
+        /// The frames the worker has written since, as the host's receiver gives them.
+        fn written(&mut self) -> VecDeque<Bytes> {
             let mut decoder = FrameDecoder::new(u32::MAX);
-            while let Some(transmit) = worker.poll_transmit() {
+            while let Some(transmit) = self.worker.poll_transmit() {
                 decoder.extend(&transmit.to_vec());
             }
-            let frames: VecDeque<_> =
-                std::iter::from_fn(|| decoder.next_frame().unwrap()).collect();
-            assert_eq!(frames.len(), 2);
+            std::iter::from_fn(|| decoder.next_frame().unwrap()).collect()
+        }
 
-            let (_raise, raise) = oneshot::channel();
-            let reader = read_frames(
+        /// The reader of `frames`, all ready at once, as if written in one write.
+        fn reader(
+            &self,
+            frames: VecDeque<Bytes>,
+            budget: Arc<UpdateBudget>,
+        ) -> impl std::future::Future<Output = ()> {
+            let (raise_sender, raise) = oneshot::channel();
+            // The frame cap stays as it is: the sender is dropped.
+            drop(raise_sender);
+            read_frames(
                 Box::new(AllReady(frames)),
-                Arc::clone(&live),
+                Arc::clone(&self.live),
                 1,
                 raise,
                 ResponseDecoding::for_tests(),
-                UpdateBudget::new(Cost::default()),
-            );
+                budget,
+            )
+        }
+    }
+
+    fn encoded(value: u64) -> Bytes {
+        airlock_protocol::reuse::encode_body(&value).unwrap().into()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    /// What two callers expecting a `u64` hear when the worker answers the first with `first`
+    /// and the second with 7 in one write: as the reader leaves them (`None`: not yet
+    /// answered), then once the worker is reaped. Also whether the reader ended.
+    fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool) {
+        runtime().block_on(async {
+            let mut calls = Calls::begin(vec![None, None]);
+            let (one, two) = (calls.ids[0], calls.ids[1]);
+            calls
+                .worker
+                .reply_return(one, Bytes::copy_from_slice(first))
+                .unwrap();
+            calls.worker.reply_return(two, encoded(7)).unwrap();
+            let frames = calls.written();
+            assert_eq!(frames.len(), 2);
+            let reader = calls.reader(frames, UpdateBudget::new(Cost::default()));
             // One poll: the reader takes both frames in one turn, then ends (it cut a liar
             // off) or waits for more.
             let ended = now_or_never(reader).is_some();
-            let mut heard: Vec<_> = answers.iter_mut().map(now_or_never).collect();
+            let mut heard: Vec<_> = calls.answers.iter_mut().map(now_or_never).collect();
             // What the supervisor does once the worker is reaped.
-            if let Some(core) = live.lock().as_mut() {
+            if let Some(core) = calls.live.lock().as_mut() {
                 core.link.fail_all(&LostReason::HandshakeTimeout);
             }
-            for (heard, answer) in heard.iter_mut().zip(&mut answers) {
+            for (heard, answer) in heard.iter_mut().zip(&mut calls.answers) {
                 if heard.is_none() {
                     *heard = Some(now_or_never(answer).expect("answered once reaped"));
                 }
@@ -450,5 +498,44 @@ mod tests {
             "the answer written after the lie was delivered: {:?}",
             heard[1]
         );
+    }
+
+    /// A streaming call's update and its answer, written together, reach the caller in that
+    /// order even when the update must wait for room in the budget: the answer's frame is not
+    /// handed to the session until the update is with its caller.
+    #[test]
+    fn an_update_read_together_with_its_calls_answer_reaches_the_caller_first() {
+        runtime().block_on(async {
+            let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
+            let streaming = Updates {
+                decode: crate::host::decode_update::<u64>,
+                sender,
+            };
+            let mut calls = Calls::begin(vec![Some(streaming)]);
+            let id = calls.ids[0];
+            calls.worker.reply_progress(id, encoded(1)).unwrap();
+            calls.worker.reply_return(id, encoded(2)).unwrap();
+            let frames = calls.written();
+            assert_eq!(frames.len(), 2);
+            // A budget held full: the update waits for room.
+            let held = Cost { bytes: 1, items: 1 };
+            let budget = UpdateBudget::new(held);
+            assert!(now_or_never(budget.take(held)).is_some());
+            let mut reader = std::pin::pin!(calls.reader(frames, Arc::clone(&budget)));
+            assert!(now_or_never(reader.as_mut()).is_none());
+            assert!(
+                updates.try_recv().is_err(),
+                "the update did not wait for room"
+            );
+            assert!(
+                now_or_never(&mut calls.answers[0]).is_none(),
+                "the answer reached the caller before the call's update"
+            );
+            budget.give_back(held);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            let update = updates.try_recv().expect("the update, once there is room");
+            assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
+            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
+        });
     }
 }
