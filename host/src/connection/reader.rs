@@ -135,24 +135,38 @@ type Received = Result<Option<Bytes>, TransportError>;
 /// read, and callers wait on the lock for at most this many frames.
 const TURN_FRAMES: usize = 64;
 
+/// The reader takes no further frame into a turn once those taken reach this many bytes, so a
+/// turn holds at most this much besides its last frame: a worker cannot make the host hold
+/// more frames at once by writing them together than by writing them one by one.
+const TURN_BYTES: usize = 64 * 1024;
+
 /// The largest response a turn decodes under the lock, so that the frames after it can be
 /// handed to the session in the same turn; a larger one ends its turn and is decoded outside
 /// the lock. Bounds the decoding a turn does under the lock to `TURN_FRAMES` times this.
 const DECODE_IN_TURN: usize = 4096;
 
-/// Takes what the receiver has ready into `taken`, waiting only for the first: frames until it
-/// would wait or [`TURN_FRAMES`] are taken, and ends at the end of the stream or an error.
-/// Cancel-safe: once it has taken anything it is ready.
+/// Takes what the receiver has ready into `taken` (empty), waiting only for the first: frames
+/// until it would wait, [`TURN_FRAMES`] are taken or they reach [`TURN_BYTES`], and ends at the
+/// end of the stream or an error. Cancel-safe: once it has taken anything it is ready.
 fn take_ready<'a>(
     receiver: &'a mut dyn FrameReceiver,
     taken: &'a mut VecDeque<Received>,
 ) -> impl std::future::Future<Output = ()> + 'a {
+    let mut bytes = 0usize;
     std::future::poll_fn(move |cx| loop {
         match receiver.poll_recv(cx) {
             Poll::Ready(item) => {
-                let ends = !matches!(item, Ok(Some(_)));
+                let frame_len = match &item {
+                    Ok(Some(frame)) => Some(frame.len()),
+                    _ => None,
+                };
                 taken.push_back(item);
-                if ends || taken.len() >= TURN_FRAMES {
+                let Some(frame_len) = frame_len else {
+                    // The end of the stream or an error: nothing follows it.
+                    return Poll::Ready(());
+                };
+                bytes = bytes.saturating_add(frame_len);
+                if taken.len() >= TURN_FRAMES || bytes >= TURN_BYTES {
                     return Poll::Ready(());
                 }
             }
@@ -537,5 +551,28 @@ mod tests {
             assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
             assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
         });
+    }
+
+    /// Frames the worker wrote together are taken into one turn only up to `TURN_FRAMES`
+    /// frames or `TURN_BYTES` bytes: writing large frames together makes the host hold no more
+    /// of them at once than writing them one by one (the frame that reaches the cap is the
+    /// turn's last).
+    #[test]
+    fn a_turn_takes_at_most_64_frames_or_64_kib_and_the_frame_that_passes_it() {
+        let taken_from = |frames: Vec<usize>| {
+            let mut receiver =
+                AllReady(frames.into_iter().map(|len| vec![0; len].into()).collect());
+            let mut taken = VecDeque::new();
+            assert!(now_or_never(take_ready(&mut receiver, &mut taken)).is_some());
+            taken.len()
+        };
+        assert_eq!(taken_from(vec![16; 100]), TURN_FRAMES);
+        assert_eq!(taken_from(vec![40 * 1024; 5]), 2);
+        assert_eq!(taken_from(vec![100, 16 * 1024 * 1024, 100]), 2);
+        assert_eq!(
+            taken_from(vec![100, 200]),
+            2,
+            "it waits for none but the first"
+        );
     }
 }
