@@ -121,6 +121,14 @@ pub trait FrameReceiver: Send {
         cx: &mut core::task::Context<'_>,
     ) -> core::task::Poll<Result<Option<Bytes>, TransportError>>;
 
+    /// The next frame if the receiver already holds all of it, or an error it holds for
+    /// [`poll_recv`](Self::poll_recv) to report, without reading or waiting: `None` when
+    /// `poll_recv` would have to read. For a loop that takes the frames that came together in
+    /// one turn, and reads again only after it has acted on them. The default holds nothing.
+    fn recv_buffered(&mut self) -> Option<Result<Option<Bytes>, TransportError>> {
+        None
+    }
+
     /// The next frame, as [`poll_recv`](Self::poll_recv) says. Cancel-safe.
     async fn recv(&mut self) -> Result<Option<Bytes>, TransportError> {
         core::future::poll_fn(|cx| self.poll_recv(cx)).await

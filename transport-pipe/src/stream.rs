@@ -283,6 +283,14 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         }
     }
 
+    fn recv_buffered(&mut self) -> Option<Result<Option<Bytes>, TransportError>> {
+        match self.decoder.next_frame() {
+            Ok(Some(frame)) => Some(Ok(Some(frame))),
+            Ok(None) => self.deferred.take().map(|err| Err(io_error(err))),
+            Err(err) => Some(Err(err.into())),
+        }
+    }
+
     fn set_max_frame(&mut self, max_frame: u32) {
         self.decoder.set_max_frame(max_frame);
     }

@@ -145,34 +145,35 @@ const TURN_BYTES: usize = 64 * 1024;
 /// the lock. Bounds the decoding a turn does under the lock to `TURN_FRAMES` times this.
 const DECODE_IN_TURN: usize = 4096;
 
-/// Takes what the receiver has ready into `taken` (empty), waiting only for the first: frames
-/// until it would wait, [`TURN_FRAMES`] are taken or they reach [`TURN_BYTES`], and ends at the
-/// end of the stream or an error. Cancel-safe: once it has taken anything it is ready.
+/// Takes the worker's next frame into `taken` (empty), waiting for it, then the frames that
+/// came with it (those the receiver already holds: no further read, so the callers the turn
+/// answers are not kept waiting for a read that finds nothing), until [`TURN_FRAMES`] are
+/// taken or they reach [`TURN_BYTES`]. The end of the stream or an error ends the turn's
+/// taking. Cancel-safe: it takes nothing until it is ready.
 fn take_ready<'a>(
     receiver: &'a mut dyn FrameReceiver,
     taken: &'a mut VecDeque<Received>,
 ) -> impl std::future::Future<Output = ()> + 'a {
-    let mut bytes = 0usize;
-    std::future::poll_fn(move |cx| loop {
-        match receiver.poll_recv(cx) {
-            Poll::Ready(item) => {
-                let frame_len = match &item {
-                    Ok(Some(frame)) => Some(frame.len()),
-                    _ => None,
-                };
-                taken.push_back(item);
-                let Some(frame_len) = frame_len else {
-                    // The end of the stream or an error: nothing follows it.
-                    return Poll::Ready(());
-                };
-                bytes = bytes.saturating_add(frame_len);
-                if taken.len() >= TURN_FRAMES || bytes >= TURN_BYTES {
-                    return Poll::Ready(());
-                }
+    std::future::poll_fn(move |cx| {
+        let mut next = Some(std::task::ready!(receiver.poll_recv(cx)));
+        let mut bytes = 0usize;
+        while let Some(item) = next {
+            let frame_len = match &item {
+                Ok(Some(frame)) => Some(frame.len()),
+                _ => None,
+            };
+            taken.push_back(item);
+            let Some(frame_len) = frame_len else {
+                // The end of the stream or an error: nothing follows it.
+                break;
+            };
+            bytes = bytes.saturating_add(frame_len);
+            if taken.len() >= TURN_FRAMES || bytes >= TURN_BYTES {
+                break;
             }
-            Poll::Pending if taken.is_empty() => return Poll::Pending,
-            Poll::Pending => return Poll::Ready(()),
+            next = receiver.recv_buffered();
         }
+        Poll::Ready(())
     })
 }
 
@@ -351,10 +352,14 @@ mod tests {
     #[async_trait::async_trait]
     impl FrameReceiver for AllReady {
         fn poll_recv(&mut self, _: &mut Context<'_>) -> Poll<Received> {
-            match self.0.pop_front() {
-                Some(frame) => Poll::Ready(Ok(Some(frame))),
+            match self.recv_buffered() {
+                Some(item) => Poll::Ready(item),
                 None => Poll::Pending,
             }
+        }
+
+        fn recv_buffered(&mut self) -> Option<Received> {
+            self.0.pop_front().map(|frame| Ok(Some(frame)))
         }
     }
 

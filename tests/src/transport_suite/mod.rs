@@ -304,6 +304,53 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
     drop(send);
 }
 
+/// Frames that came together are given by `recv_buffered` without a read: the whole ones
+/// after the first `recv`, then `None` for one only partly arrived (and for the end of the
+/// stream, which only a read meets); `recv` then reads the rest.
+pub async fn frames_that_came_together_are_given_without_a_read<F: Fixture>(fixture: &F) {
+    let config = StreamConfig::default();
+    let mut connected = fixture.connect(config).await;
+    let (_send, mut recv) = connected.transport.split();
+    let mut together = Vec::new();
+    for len in [3, 5, 7] {
+        together.extend_from_slice(&raw_frame(pattern(len)).to_vec());
+    }
+    let partial = raw_frame(pattern(11)).to_vec();
+    together.extend_from_slice(&partial[..6]);
+    connected
+        .peer_write
+        .write_all(&together)
+        .await
+        .expect("write");
+    connected.peer_write.flush().await.expect("flush");
+    assert_eq!(
+        bounded("recv", recv.recv()).await.expect("recv"),
+        Some(pattern(3))
+    );
+    for len in [5, 7] {
+        assert!(
+            matches!(recv.recv_buffered(), Some(Ok(Some(frame))) if frame == pattern(len)),
+            "frame of {len} bytes not held"
+        );
+    }
+    assert!(recv.recv_buffered().is_none(), "a partial frame was given");
+    connected
+        .peer_write
+        .write_all(&partial[6..])
+        .await
+        .expect("write");
+    drop(connected.peer_write);
+    assert_eq!(
+        bounded("recv", recv.recv()).await.expect("recv"),
+        Some(pattern(11))
+    );
+    assert!(
+        recv.recv_buffered().is_none(),
+        "the end of the stream without a read"
+    );
+    assert_eq!(bounded("recv", recv.recv()).await.expect("recv"), None);
+}
+
 /// One `#[tokio::test]` per case of the suite, against the fixture `$fixture`.
 #[macro_export]
 macro_rules! transport_suite {
@@ -332,6 +379,12 @@ macro_rules! transport_suite {
         #[tokio::test]
         async fn stalled_reader_fails_sender_within_deadline() {
             $crate::transport_suite::stalled_reader_fails_sender_within_deadline(&$fixture).await;
+        }
+
+        #[tokio::test]
+        async fn frames_that_came_together_are_given_without_a_read() {
+            $crate::transport_suite::frames_that_came_together_are_given_without_a_read(&$fixture)
+                .await;
         }
 
         #[tokio::test]
