@@ -23,6 +23,15 @@ impl ResponseDecoding {
         }
     }
 
+    /// The same budgets with at most `items` sequence elements and map entries: a narrower
+    /// budget for a decode that is tried first and, refused, made again within these.
+    pub(crate) fn with_items_at_most(&self, items: usize) -> Self {
+        Self {
+            limits: self.limits.max_items(self.limits.items_budget().min(items)),
+            label: Arc::clone(&self.label),
+        }
+    }
+
     /// Default budgets, for unit tests.
     #[cfg(test)]
     pub(crate) fn for_tests() -> Self {

@@ -21,8 +21,9 @@ use crate::response::ResponseDecoding;
 use crate::updates::{Delivered, UpdateBudget, Updates};
 use crate::CallError;
 
-/// Decodes one response outside the lock or in a turn: the body is lent to the `Blob`s in it
-/// (a large one keeps the frame's bytes). A refusal is logged, with the budget and the method.
+/// Decodes a response outside the lock, within the host's full budgets: the body is lent to
+/// the `Blob`s in it (a large one keeps the frame's bytes). A refusal is logged, with the
+/// budget and the method.
 fn decode(
     returned: Returned,
     limits: &ResponseDecoding,
@@ -36,23 +37,47 @@ fn decode(
     decoded
 }
 
+/// Decodes a response in the reader's turn, under the lock, if it is small: a body of at most
+/// [`DECODE_IN_TURN`] bytes that decodes within `in_turn`, whose item budget is at most
+/// [`ITEMS_IN_TURN`]. Anything else is given back, undecoded and unjudged, to be decoded
+/// outside the lock within the full budgets (a lie or not): so the work a turn does under the
+/// lock is bounded by bytes and items whatever the response type, and no response is refused
+/// for the narrower budget.
+fn decode_in_turn(returned: Returned, in_turn: &ResponseDecoding) -> Result<Decoded, Returned> {
+    if returned.body.len() > DECODE_IN_TURN {
+        return Err(returned);
+    }
+    let Returned {
+        body,
+        method,
+        reply,
+    } = returned;
+    match reply.returned(&body, in_turn) {
+        Ok(decoded) => Ok(decoded),
+        Err((reply, _)) => Err(Returned {
+            body,
+            method,
+            reply,
+        }),
+    }
+}
+
 /// Decodes what the reader's turn left to decode outside the lock and delivers every response
-/// of the turn. A response that does not decode is a lie: the worker is cut off before the
-/// reader accepts another frame, and before any answer of the turn is published (so no caller
-/// answered in it can begin a call that reaches the liar); its caller hears `Decode` once the
-/// worker is reaped (as the calls lost with it hear `WorkerLost`), so nothing of the liar
-/// still runs then. True if the worker lied.
+/// of the turn, in the order of their frames. A response that does not decode is a lie: the
+/// worker is cut off before the reader accepts another frame, and before any answer of the
+/// turn is published (so no caller answered in it can begin a call that reaches the liar); its
+/// caller hears `Decode` once the worker is reaped (as the calls lost with it hear
+/// `WorkerLost`), so nothing of the liar still runs then. True if the worker lied.
 pub(super) fn deliver(
     live: &Live,
     turn: ReaderTurn<'_>,
     returned: Option<Returned>,
     more: Vec<Returned>,
 ) -> bool {
-    let mut late = Vec::new();
     let mut refused = Vec::new();
     for returned in returned.into_iter().chain(more) {
         match decode(returned, turn.limits) {
-            Ok(decoded) => late.push(decoded),
+            Ok(decoded) => turn.decoded.push(decoded),
             Err(lie) => refused.push(lie),
         }
     }
@@ -60,7 +85,7 @@ pub(super) fn deliver(
     if lied {
         cut_off_liar(live, turn.generation, refused);
     }
-    for decoded in turn.decoded.drain(..).chain(late) {
+    for decoded in turn.decoded.drain(..) {
         decoded.publish();
     }
     lied
@@ -140,10 +165,16 @@ const TURN_FRAMES: usize = 64;
 /// more frames at once by writing them together than by writing them one by one.
 const TURN_BYTES: usize = 64 * 1024;
 
-/// The largest response a turn decodes under the lock, so that the frames after it can be
-/// handed to the session in the same turn; a larger one ends its turn and is decoded outside
-/// the lock. Bounds the decoding a turn does under the lock to `TURN_FRAMES` times this.
+/// The largest response body a turn decodes under the lock, so that the frames after it can
+/// be handed to the session in the same turn; a larger one ends its turn and is decoded
+/// outside the lock.
 const DECODE_IN_TURN: usize = 4096;
+
+/// The most sequence elements and map entries a response decoded under the lock may hold (its
+/// bytes alone do not bound them: a 3-byte body can hold a million zero-sized elements); a
+/// response with more ends its turn and is decoded outside the lock. With [`TURN_FRAMES`] and
+/// [`DECODE_IN_TURN`] it bounds the decoding a turn does under the lock.
+const ITEMS_IN_TURN: usize = 256;
 
 /// Takes the worker's next frame into `taken` (empty), waiting for it, then the frames that
 /// came with it (those the receiver already holds: no further read, so the callers the turn
@@ -182,25 +213,23 @@ struct Turned {
     settled: Settled,
     /// The stream ended (or failed): the reader's last turn.
     last: bool,
-    /// A response did not decode: the session is cut off.
-    lied: bool,
 }
 
 /// One turn of the reader under the lock: time first, then the frames `taken`, each settled
-/// before the next is handed to the session. A frame whose response is small is decoded here,
-/// so a lie is caught before the next frame is accepted; the turn ends after a frame with a
-/// larger response (decoded outside the lock, before the reader's next turn), after one that
-/// brought a streaming call's updates (delivered, perhaps waiting for room, before the call's
-/// next frame), after a lie, and at the end of the stream. Frames not handed over stay in
-/// `taken` for the next turn.
+/// before the next is handed to the session. A small response is decoded here
+/// ([`decode_in_turn`]); the turn ends after a frame whose response is not (it is decoded
+/// outside the lock, and a lie cuts the worker off, before the reader's next turn), after one
+/// that brought a streaming call's updates (delivered, perhaps waiting for room, before the
+/// call's next frame), and at the end of the stream. Frames not handed over stay in `taken`
+/// for the next turn.
 fn take_turn(
     core: &mut Core,
     taken: &mut VecDeque<Received>,
-    limits: &ResponseDecoding,
+    in_turn: &ResponseDecoding,
     decoded: &mut Vec<Decoded>,
 ) -> Turned {
     let mut settled = Settled::default();
-    let (mut last, mut lied) = (false, false);
+    let mut last = false;
     // Time before frames: every frame taken had come in before this clock read, so a deadline
     // that passed while one waited is seen before it, and it cannot complete a call already
     // over.
@@ -225,31 +254,16 @@ fn take_turn(
         let Some(returned) = settled.returned.take() else {
             continue;
         };
-        if returned.body.len() > DECODE_IN_TURN {
-            settled.returned = Some(returned);
-            break;
-        }
-        match decode(returned, limits) {
+        match decode_in_turn(returned, in_turn) {
             Ok(response) => decoded.push(response),
-            Err(refused) => {
-                // Cut off here, before any later frame is handed over: the frames still
-                // taken are dropped with the session.
-                core.link.refused.push(refused);
-                core.session
-                    .abort(CloseReason::Aborted(AbortReason::UndecodableResponse));
-                core.settle_events(&mut settled);
-                taken.clear();
-                lied = true;
+            Err(returned) => {
+                settled.returned = Some(returned);
                 break;
             }
         }
     }
     core.settle_transmits(&mut settled);
-    Turned {
-        settled,
-        last,
-        lied,
-    }
+    Turned { settled, last }
 }
 
 /// The reader task: takes the worker's frames as they come (several at once when several are
@@ -266,6 +280,7 @@ pub(crate) async fn read_frames(
 ) {
     let mut raised = false;
     let mut spin = live.spin.map(ReaderSpin::new);
+    let in_turn = limits.with_items_at_most(ITEMS_IN_TURN);
     let mut taken = VecDeque::with_capacity(TURN_FRAMES);
     let mut decoded = Vec::with_capacity(TURN_FRAMES);
     loop {
@@ -307,20 +322,16 @@ pub(crate) async fn read_frames(
             let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
                 return;
             };
-            take_turn(core, &mut taken, &limits, &mut decoded)
+            take_turn(core, &mut taken, &in_turn, &mut decoded)
         };
-        let Turned {
-            mut settled,
-            last,
-            lied,
-        } = turned;
+        let Turned { mut settled, last } = turned;
         let updates = std::mem::take(&mut settled.updates);
         let turn = ReaderTurn {
             limits: &limits,
             generation,
             decoded: &mut decoded,
         };
-        if settled.finish(&live, Party::Reader, Some(turn)) || lied || last {
+        if settled.finish(&live, Party::Reader, Some(turn)) || last {
             return;
         }
         if !deliver_updates(&live, generation, updates, &limits, &budget).await {
@@ -363,15 +374,15 @@ mod tests {
         }
     }
 
-    /// A connected worker's session and the host's calls on it, each answered with a `u64`.
-    struct Calls {
+    /// A connected worker's session and the host's calls on it, each answered with a `T`.
+    struct Calls<T: Send + 'static> {
         live: Arc<Live>,
         worker: WorkerSession,
         ids: Vec<CallId>,
-        answers: Vec<Reply<u64>>,
+        answers: Vec<Reply<T>>,
     }
 
-    impl Calls {
+    impl<T: serde::de::DeserializeOwned + Send + 'static> Calls<T> {
         /// Begins one `echo` call for each entry of `updates` (a streaming call's channel, or
         /// none), and lets the worker's session take them. Inside a runtime.
         fn begin(updates: Vec<Option<Updates>>) -> Self {
@@ -384,7 +395,7 @@ mod tests {
             let cells = Arc::new(Cells::default());
             let mut answers = Vec::new();
             for (key, updates) in (0..).zip(updates) {
-                let (answer, reply) = cells.pair(decode_response::<u64>);
+                let (answer, reply) = cells.pair(decode_response::<T>);
                 let call = CallRequest {
                     key,
                     method: "echo".into(),
@@ -462,7 +473,7 @@ mod tests {
     /// answered), then once the worker is reaped. Also whether the reader ended.
     fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool) {
         runtime().block_on(async {
-            let mut calls = Calls::begin(vec![None, None]);
+            let mut calls = Calls::<u64>::begin(vec![None, None]);
             let (one, two) = (calls.ids[0], calls.ids[1]);
             calls
                 .worker
@@ -530,7 +541,7 @@ mod tests {
                 decode: crate::host::decode_update::<u64>,
                 sender,
             };
-            let mut calls = Calls::begin(vec![Some(streaming)]);
+            let mut calls = Calls::<u64>::begin(vec![Some(streaming)]);
             let id = calls.ids[0];
             calls.worker.reply_progress(id, encoded(1)).unwrap();
             calls.worker.reply_return(id, encoded(2)).unwrap();
@@ -579,5 +590,59 @@ mod tests {
             2,
             "it waits for none but the first"
         );
+    }
+
+    /// A response of more elements than a turn decodes under the lock (here a thousand
+    /// zero-sized ones in three bytes) ends the turn undecoded, the frames after it left for
+    /// the next turn, and is then decoded outside the lock within the full budgets: delivered,
+    /// not refused for the narrower one.
+    #[test]
+    fn a_response_of_many_elements_is_decoded_outside_the_lock_and_delivered() {
+        runtime().block_on(async {
+            let mut calls = Calls::<Vec<()>>::begin(vec![None, None]);
+            let units = |n: usize| -> Bytes {
+                airlock_protocol::reuse::encode_body(&vec![(); n])
+                    .unwrap()
+                    .into()
+            };
+            let (many, few) = (ITEMS_IN_TURN * 4, 3);
+            calls
+                .worker
+                .reply_return(calls.ids[0], units(many))
+                .unwrap();
+            calls.worker.reply_return(calls.ids[1], units(few)).unwrap();
+            let frames = calls.written();
+            assert!(frames[0].len() <= DECODE_IN_TURN);
+            let mut taken: VecDeque<Received> =
+                frames.iter().cloned().map(|f| Ok(Some(f))).collect();
+            let mut decoded = Vec::new();
+            let in_turn = ResponseDecoding::for_tests().with_items_at_most(ITEMS_IN_TURN);
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            assert!(decoded.is_empty(), "decoded under the lock");
+            assert!(
+                turned.settled.returned.is_some(),
+                "not left to decode outside"
+            );
+            assert_eq!(
+                taken.len(),
+                1,
+                "the next frame was handed over in the same turn"
+            );
+            // Nothing refused: the whole exchange through the reader delivers both.
+            let mut calls = Calls::<Vec<()>>::begin(vec![None, None]);
+            calls
+                .worker
+                .reply_return(calls.ids[0], units(many))
+                .unwrap();
+            calls.worker.reply_return(calls.ids[1], units(few)).unwrap();
+            let frames = calls.written();
+            let reader = calls.reader(frames, UpdateBudget::new(Cost::default()));
+            assert!(now_or_never(reader).is_none(), "the reader stopped");
+            let heard: Vec<_> = calls.answers.iter_mut().map(now_or_never).collect();
+            assert_eq!(heard, [Some(Ok(vec![(); many])), Some(Ok(vec![(); few]))]);
+        });
     }
 }
