@@ -55,7 +55,7 @@
 //! # Performance
 //!
 //! A small call costs the host some 12k instructions and two allocations, a pipelined one
-//! some 7k; `BENCHMARKS.md` has the figures beside raw pipes and ipc-channel. What makes calls
+//! some 6k (the answers that came in one read are taken in one turn of its reader); `BENCHMARKS.md` has the figures beside raw pipes and ipc-channel. What makes calls
 //! cheaper:
 //!
 //! - On a multi-thread runtime, call from a spawned task, not from `block_on`'s own future
@@ -64,9 +64,9 @@
 //!   small call took 1.25–1.39× as long from `block_on` as from a spawned task with both
 //!   processes on one CPU, and 2.0–2.1× across two (`BENCHMARKS.md`, runs 17, 18, 23, 24).
 //! - With few CPUs, pipelined calls run faster on a current-thread runtime: on two CPUs, 256
-//!   calls in flight on one worker made 768k calls/s from a current-thread host against 458k/s
+//!   calls in flight on one worker made 932k calls/s from a current-thread host against 634k/s
 //!   from a 2-thread one, whose two threads left the worker less than a CPU of its own
-//!   (`BENCHMARKS.md`, run 35).
+//!   (`BENCHMARKS.md`, run 36).
 //! - A worker that runs one handler at a time (`max_concurrency(1)`) runs a blocking handler
 //!   on its serving thread, without a hop to a pool thread (0.44× the time).
 //! - A worker served by `serve_blocking` with `Worker::idle_wait_in_os` waits for the next
