@@ -64,10 +64,11 @@ fn decode_in_turn(returned: Returned, in_turn: &ResponseDecoding) -> Result<Deco
 
 /// Decodes what the reader's turn left to decode outside the lock and delivers every response
 /// of the turn, in the order of their frames. A response that does not decode is a lie: the
-/// worker is cut off before the reader accepts another frame, and before any answer of the
-/// turn is published (so no caller answered in it can begin a call that reaches the liar); its
-/// caller hears `Decode` once the worker is reaped (as the calls lost with it hear
-/// `WorkerLost`), so nothing of the liar still runs then. True if the worker lied.
+/// worker is cut off before the reader accepts another frame, and before any response of the
+/// turn is published (so no caller given a response in it can begin a call that reaches the
+/// liar; failures, cancellations and timeouts reach their callers as the session settles
+/// them); the liar's caller hears `Decode` once the worker is reaped (as the calls lost with
+/// it hear `WorkerLost`), so nothing of the liar still runs then. True if the worker lied.
 pub(super) fn deliver(
     live: &Live,
     turn: ReaderTurn<'_>,
@@ -173,7 +174,9 @@ const DECODE_IN_TURN: usize = 4096;
 /// The most sequence elements and map entries a response decoded under the lock may hold (its
 /// bytes alone do not bound them: a 3-byte body can hold a million zero-sized elements); a
 /// response with more ends its turn and is decoded outside the lock. With [`TURN_FRAMES`] and
-/// [`DECODE_IN_TURN`] it bounds the decoding a turn does under the lock.
+/// [`DECODE_IN_TURN`] it bounds the decoding a turn does under the lock, up to a factor of the
+/// response type: fixed arity (arrays, tuples, struct fields) is not counted as items, so a
+/// response type of nested arrays multiplies it, for an honest answer as for a hostile one.
 const ITEMS_IN_TURN: usize = 256;
 
 /// Takes the worker's next frame into `taken` (empty), waiting for it, then the frames that
@@ -342,6 +345,7 @@ pub(crate) async fn read_frames(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Context;
     use std::time::Duration;
 
@@ -358,13 +362,17 @@ mod tests {
 
     /// A receiver whose frames are all ready at once, as when the worker wrote them in one
     /// write; after them it waits for ever.
-    struct AllReady(VecDeque<Bytes>);
+    /// It counts the frames `poll_recv` gave (those a read brought, in a real receiver).
+    struct AllReady(VecDeque<Bytes>, Arc<AtomicUsize>);
 
     #[async_trait::async_trait]
     impl FrameReceiver for AllReady {
         fn poll_recv(&mut self, _: &mut Context<'_>) -> Poll<Received> {
             match self.recv_buffered() {
-                Some(item) => Poll::Ready(item),
+                Some(item) => {
+                    self.1.fetch_add(1, Ordering::SeqCst);
+                    Poll::Ready(item)
+                }
                 None => Poll::Pending,
             }
         }
@@ -380,6 +388,8 @@ mod tests {
         worker: WorkerSession,
         ids: Vec<CallId>,
         answers: Vec<Reply<T>>,
+        /// Frames the reader's receiver gave through `poll_recv`.
+        reads: Arc<AtomicUsize>,
     }
 
     impl<T: serde::de::DeserializeOwned + Send + 'static> Calls<T> {
@@ -426,6 +436,7 @@ mod tests {
                 worker,
                 ids,
                 answers,
+                reads: Arc::default(),
             }
         }
 
@@ -448,7 +459,7 @@ mod tests {
             // The frame cap stays as it is: the sender is dropped.
             drop(raise_sender);
             read_frames(
-                Box::new(AllReady(frames)),
+                Box::new(AllReady(frames, Arc::clone(&self.reads))),
                 Arc::clone(&self.live),
                 1,
                 raise,
@@ -471,7 +482,7 @@ mod tests {
     /// What two callers expecting a `u64` hear when the worker answers the first with `first`
     /// and the second with 7 in one write: as the reader leaves them (`None`: not yet
     /// answered), then once the worker is reaped. Also whether the reader ended.
-    fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool) {
+    fn answered_together(first: &[u8]) -> (Vec<Option<Result<u64, CallError>>>, bool, usize) {
         runtime().block_on(async {
             let mut calls = Calls::<u64>::begin(vec![None, None]);
             let (one, two) = (calls.ids[0], calls.ids[1]);
@@ -496,7 +507,7 @@ mod tests {
                     *heard = Some(now_or_never(answer).expect("answered once reaped"));
                 }
             }
-            (heard, ended)
+            (heard, ended, calls.reads.load(Ordering::SeqCst))
         })
     }
 
@@ -505,9 +516,10 @@ mod tests {
     #[test]
     fn answers_written_together_are_delivered_in_one_turn() {
         let five = airlock_protocol::reuse::encode_body(&5u64).unwrap();
-        let (heard, ended) = answered_together(&five);
+        let (heard, ended, reads) = answered_together(&five);
         assert_eq!(heard, [Some(Ok(5)), Some(Ok(7))]);
         assert!(!ended, "the reader stopped reading an honest worker");
+        assert_eq!(reads, 1, "the second frame was read in a turn of its own");
     }
 
     /// Invariant: a worker whose response does not decode is cut off before any later frame
@@ -516,7 +528,7 @@ mod tests {
     #[test]
     fn a_lie_read_together_with_a_later_answer_cuts_the_worker_off_before_that_answer() {
         // An empty body is not a `u64`.
-        let (heard, ended) = answered_together(&[]);
+        let (heard, ended, _) = answered_together(&[]);
         assert!(ended, "the reader went on reading a worker that lied");
         assert!(
             matches!(heard[0], Some(Err(CallError::Decode(_)))),
@@ -576,8 +588,10 @@ mod tests {
     #[test]
     fn a_turn_takes_at_most_64_frames_or_64_kib_and_the_frame_that_passes_it() {
         let taken_from = |frames: Vec<usize>| {
-            let mut receiver =
-                AllReady(frames.into_iter().map(|len| vec![0; len].into()).collect());
+            let mut receiver = AllReady(
+                frames.into_iter().map(|len| vec![0; len].into()).collect(),
+                Arc::default(),
+            );
             let mut taken = VecDeque::new();
             assert!(now_or_never(take_ready(&mut receiver, &mut taken)).is_some());
             taken.len()
@@ -643,6 +657,289 @@ mod tests {
             assert!(now_or_never(reader).is_none(), "the reader stopped");
             let heard: Vec<_> = calls.answers.iter_mut().map(now_or_never).collect();
             assert_eq!(heard, [Some(Ok(vec![(); many])), Some(Ok(vec![(); few]))]);
+        });
+    }
+
+    struct CountWake(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountWake {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn units(n: usize) -> Bytes {
+        airlock_protocol::reuse::encode_body(&vec![(); n])
+            .unwrap()
+            .into()
+    }
+
+    /// `Calls::begin` with a deadline per call.
+    fn begin_with_deadlines<T: serde::de::DeserializeOwned + Send + 'static>(
+        deadlines: &[Instant],
+    ) -> Calls<T> {
+        let (wire, writes) = recording_wire();
+        let live = Arc::new(Live::new(None));
+        let (host, mut worker) = ready_sessions();
+        let mut core = Core::new(1, host, wire);
+        core.accepting = true;
+        *live.lock() = Some(core);
+        let cells = Arc::new(Cells::default());
+        let mut answers = Vec::new();
+        for (key, deadline) in (0..).zip(deadlines) {
+            let (answer, reply) = cells.pair(decode_response::<T>);
+            let call = CallRequest {
+                key,
+                method: "echo".into(),
+                body: Bytes::from_static(&[0]),
+                deadline: *deadline,
+                reply,
+                updates: None,
+            };
+            assert!(live.try_begin(call, Party::Caller).is_ok());
+            answers.push(answer);
+        }
+        for frame in writes.lock().unwrap().concat() {
+            worker.handle_bytes(&frame);
+        }
+        let ids: Vec<_> = std::iter::from_fn(|| worker.poll_event())
+            .filter_map(|event| match event {
+                WorkerEvent::Call { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids.len(), answers.len());
+        Calls {
+            live,
+            worker,
+            ids,
+            answers,
+            reads: Arc::default(),
+        }
+    }
+
+    /// A caller already waiting (waker stored) when its response fails the narrowed
+    /// decode sees nothing under the lock (no value held, no wake), and is woken exactly once,
+    /// with the full value, when the turn is finished outside the lock.
+    #[test]
+    fn a_caller_is_untouched_by_a_failed_narrower_decode_and_woken_once_after_the_full_one() {
+        runtime().block_on(async {
+            let mut calls = Calls::<Vec<()>>::begin(vec![None]);
+            let many = ITEMS_IN_TURN + 1;
+            calls
+                .worker
+                .reply_return(calls.ids[0], units(many))
+                .unwrap();
+            let frames = calls.written();
+            assert!(frames[0].len() <= DECODE_IN_TURN);
+            let wakes = Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+            let waker = std::task::Waker::from(Arc::clone(&wakes));
+            let mut cx = Context::from_waker(&waker);
+            let poll = |calls: &mut Calls<Vec<()>>, cx: &mut Context<'_>| {
+                std::future::Future::poll(std::pin::Pin::new(&mut calls.answers[0]), cx)
+            };
+            assert!(poll(&mut calls, &mut cx).is_pending());
+            let limits = ResponseDecoding::for_tests();
+            let in_turn = limits.with_items_at_most(ITEMS_IN_TURN);
+            let mut taken: VecDeque<Received> = frames.into_iter().map(|f| Ok(Some(f))).collect();
+            let mut decoded = Vec::new();
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            assert!(decoded.is_empty());
+            assert!(turned.settled.returned.is_some());
+            assert_eq!(
+                wakes.0.load(std::sync::atomic::Ordering::SeqCst),
+                0,
+                "woken under the lock"
+            );
+            assert!(
+                poll(&mut calls, &mut cx).is_pending(),
+                "an outcome before the full decode"
+            );
+            let Turned { settled, last } = turned;
+            assert!(!last);
+            let lied = settled.finish(
+                &calls.live,
+                Party::Reader,
+                Some(ReaderTurn {
+                    limits: &limits,
+                    generation: 1,
+                    decoded: &mut decoded,
+                }),
+            );
+            assert!(!lied, "refused for the narrowed budget");
+            assert_eq!(
+                wakes.0.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "woken once"
+            );
+            assert_eq!(poll(&mut calls, &mut cx), Poll::Ready(Ok(vec![(); many])));
+            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        });
+    }
+
+    /// The in-turn bounds at their edges: 256 items and a 4096-byte body are
+    /// decoded under the lock, 257 items or a 4097-byte body end the turn undecoded.
+    #[test]
+    fn a_turn_decodes_under_the_lock_up_to_256_items_and_4_kib_and_no_more() {
+        runtime().block_on(async {
+            // Items.
+            let mut calls = Calls::<Vec<()>>::begin(vec![None, None, None]);
+            calls
+                .worker
+                .reply_return(calls.ids[0], units(ITEMS_IN_TURN))
+                .unwrap();
+            calls
+                .worker
+                .reply_return(calls.ids[1], units(ITEMS_IN_TURN + 1))
+                .unwrap();
+            calls.worker.reply_return(calls.ids[2], units(1)).unwrap();
+            let mut taken: VecDeque<Received> =
+                calls.written().into_iter().map(|f| Ok(Some(f))).collect();
+            let mut decoded = Vec::new();
+            let in_turn = ResponseDecoding::for_tests().with_items_at_most(ITEMS_IN_TURN);
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            assert_eq!(decoded.len(), 1, "256 items not decoded in the turn");
+            assert!(
+                turned.settled.returned.is_some(),
+                "257 items decoded in the turn"
+            );
+            assert_eq!(taken.len(), 1);
+            decoded.clear();
+            // Bytes: a Vec<u8> of n bytes has a body of n + 2 bytes for 128 <= n < 16384.
+            let bytes = |n: usize| -> Bytes {
+                airlock_protocol::reuse::encode_body(&vec![7u8; n])
+                    .unwrap()
+                    .into()
+            };
+            assert_eq!(bytes(DECODE_IN_TURN - 2).len(), DECODE_IN_TURN);
+            let mut calls = Calls::<Vec<u8>>::begin(vec![None, None, None]);
+            calls
+                .worker
+                .reply_return(calls.ids[0], bytes(DECODE_IN_TURN - 2))
+                .unwrap();
+            calls
+                .worker
+                .reply_return(calls.ids[1], bytes(DECODE_IN_TURN - 1))
+                .unwrap();
+            calls.worker.reply_return(calls.ids[2], bytes(1)).unwrap();
+            let mut taken: VecDeque<Received> =
+                calls.written().into_iter().map(|f| Ok(Some(f))).collect();
+            let mut decoded = Vec::new();
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            assert_eq!(decoded.len(), 1, "a 4096-byte body not decoded in the turn");
+            assert!(
+                turned.settled.returned.is_some(),
+                "a 4097-byte body decoded under the lock"
+            );
+            assert_eq!(taken.len(), 1);
+            decoded.clear();
+        });
+    }
+
+    /// Invariant: a small lie read with a later answer: its caller hears nothing until the
+    /// worker is reaped, then `Decode`; the later answer's caller hears `WorkerLost`.
+    #[test]
+    fn a_small_lie_is_heard_only_once_the_worker_is_reaped() {
+        runtime().block_on(async {
+            let mut calls = Calls::<u64>::begin(vec![None, None]);
+            let (one, two) = (calls.ids[0], calls.ids[1]);
+            calls.worker.reply_return(one, Bytes::new()).unwrap();
+            calls.worker.reply_return(two, encoded(7)).unwrap();
+            let frames = calls.written();
+            let reader = calls.reader(frames, UpdateBudget::new(Cost::default()));
+            assert!(now_or_never(reader).is_some(), "the reader went on");
+            assert!(
+                now_or_never(&mut calls.answers[0]).is_none(),
+                "Decode heard before the reap"
+            );
+            assert!(now_or_never(&mut calls.answers[1]).is_none());
+            assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
+            if let Some(core) = calls.live.lock().as_mut() {
+                core.link.fail_all(&LostReason::HandshakeTimeout);
+            }
+            assert!(matches!(
+                now_or_never(&mut calls.answers[0]),
+                Some(Err(CallError::Decode(_)))
+            ));
+            assert!(matches!(
+                now_or_never(&mut calls.answers[1]),
+                Some(Err(CallError::WorkerLost(_)))
+            ));
+        });
+    }
+
+    /// Time before frames: frames left in `taken` across turns meet the next turn's clock: a `Return`
+    /// left behind a response decoded outside the lock, whose deadline passes before the
+    /// next turn, is never `Ok`.
+    #[test]
+    fn a_frame_left_over_for_the_next_turn_meets_that_turns_clock() {
+        runtime().block_on(async {
+            let now = Instant::now();
+            let mut calls = begin_with_deadlines::<Vec<()>>(&[
+                now + Duration::from_secs(60),
+                now + Duration::from_millis(50),
+            ]);
+            calls
+                .worker
+                .reply_return(calls.ids[0], units(ITEMS_IN_TURN + 1))
+                .unwrap();
+            calls.worker.reply_return(calls.ids[1], units(1)).unwrap();
+            let mut taken: VecDeque<Received> =
+                calls.written().into_iter().map(|f| Ok(Some(f))).collect();
+            let limits = ResponseDecoding::for_tests();
+            let in_turn = limits.with_items_at_most(ITEMS_IN_TURN);
+            let mut decoded = Vec::new();
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            assert_eq!(taken.len(), 1, "the second frame was not left over");
+            let turn = ReaderTurn {
+                limits: &limits,
+                generation: 1,
+                decoded: &mut decoded,
+            };
+            assert!(!turned
+                .settled
+                .finish(&calls.live, Party::Reader, Some(turn)));
+            std::thread::sleep(Duration::from_millis(80));
+            let turned = {
+                let mut guard = calls.live.lock();
+                take_turn(guard.as_mut().unwrap(), &mut taken, &in_turn, &mut decoded)
+            };
+            let turn = ReaderTurn {
+                limits: &limits,
+                generation: 1,
+                decoded: &mut decoded,
+            };
+            let _ = turned
+                .settled
+                .finish(&calls.live, Party::Reader, Some(turn));
+            assert_eq!(
+                now_or_never(&mut calls.answers[0]),
+                Some(Ok(vec![(); ITEMS_IN_TURN + 1]))
+            );
+            let second = now_or_never(&mut calls.answers[1]);
+            assert!(
+                matches!(second, Some(Err(CallError::Timeout)) | None),
+                "{second:?}"
+            );
+            if second.is_none() {
+                if let Some(core) = calls.live.lock().as_mut() {
+                    core.link.fail_all(&LostReason::HandshakeTimeout);
+                }
+                let second = now_or_never(&mut calls.answers[1]);
+                assert!(!matches!(second, Some(Ok(_))), "{second:?}");
+            }
         });
     }
 }

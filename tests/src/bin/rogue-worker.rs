@@ -397,6 +397,32 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             let other = if method == "echo" { "text" } else { "echo" };
             rogue.send_raw(&return_frame(id, other, &call.body));
         }
+        "lie_between_answers" => {
+            // Waits for two more calls, then writes an honest answer, a lie
+            // (an empty body: not a byte string) for the call whose body names the liar, and
+            // another honest answer, all in one write.
+            let mut calls = vec![Received {
+                id: call.id,
+                method: call.method.clone(),
+                body: call.body.clone(),
+                raw: call.raw.clone(),
+            }];
+            while calls.len() < 3 {
+                match rogue.next_call() {
+                    Some(next) => calls.push(next),
+                    None => return,
+                }
+            }
+            let is_liar = |c: &Received| c.body.windows(4).any(|w| w == b"liar");
+            let (liars, honest): (Vec<_>, Vec<_>) = calls.into_iter().partition(is_liar);
+            let (Some(liar), [first, second]) = (liars.first(), honest.as_slice()) else {
+                return;
+            };
+            let mut bytes = return_frame(first.id, &first.method, &first.body);
+            bytes.extend_from_slice(&return_frame(liar.id, &liar.method, &[]));
+            bytes.extend_from_slice(&return_frame(second.id, &second.method, &second.body));
+            rogue.send_raw(&bytes);
+        }
         "double_return" => {
             rogue.answer(call);
             rogue.answer(call);

@@ -351,6 +351,84 @@ pub async fn frames_that_came_together_are_given_without_a_read<F: Fixture>(fixt
     assert_eq!(bounded("recv", recv.recv()).await.expect("recv"), None);
 }
 
+/// A large frame (its own buffer) is never given by `recv_buffered`,
+/// whole or in part, even when the peer wrote it together with the frame before it; only a
+/// read brings it, and nothing follows it in the receiver's buffer.
+pub async fn a_large_frame_is_never_given_without_a_read<F: Fixture>(fixture: &F) {
+    let config = StreamConfig::default();
+    let connected = fixture.connect(config).await;
+    let (_send, mut recv) = connected.transport.split();
+    let large = pattern(200 * 1024);
+    let mut together = raw_frame(pattern(3)).to_vec();
+    together.extend_from_slice(&raw_frame(large.clone()).to_vec());
+    together.extend_from_slice(&raw_frame(pattern(5)).to_vec());
+    let mut peer_write = connected.peer_write;
+    let writer = tokio::spawn(async move {
+        peer_write.write_all(&together).await.expect("write");
+        peer_write.flush().await.expect("flush");
+        peer_write
+    });
+    // Let the writer fill what the channel holds before the first read.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        bounded("recv", recv.recv()).await.expect("recv"),
+        Some(pattern(3))
+    );
+    for _ in 0..4 {
+        assert!(
+            recv.recv_buffered().is_none(),
+            "recv_buffered gave (part of) a frame not yet read"
+        );
+    }
+    assert_eq!(
+        bounded("recv", recv.recv())
+            .await
+            .expect("recv")
+            .map(|f| f.len()),
+        Some(large.len())
+    );
+    // The large frame's last read (into the scratch buffer, once at most 64 KiB of it was
+    // wanted) may have brought the frame behind it: that one may be given without a read.
+    let next = match recv.recv_buffered() {
+        Some(item) => item.expect("buffered"),
+        None => bounded("recv", recv.recv()).await.expect("recv"),
+    };
+    assert_eq!(next, Some(pattern(5)));
+    let peer_write = bounded("writer", writer).await.expect("writer");
+    // Small frames: 200 KiB of them written at once; one read takes at most 64 KiB, and
+    // `recv_buffered` gives only what that read brought.
+    let mut peer_write = peer_write;
+    let frame_len = 1000usize;
+    let count = 200usize;
+    let mut many = Vec::new();
+    for _ in 0..count {
+        many.extend_from_slice(&raw_frame(pattern(frame_len)).to_vec());
+    }
+    let writer = tokio::spawn(async move {
+        peer_write.write_all(&many).await.expect("write");
+        peer_write.flush().await.expect("flush");
+        peer_write
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut got = 0usize;
+    assert!(bounded("recv", recv.recv()).await.expect("recv").is_some());
+    got += 1;
+    while let Some(item) = recv.recv_buffered() {
+        assert_eq!(item.expect("buffered").map(|f| f.len()), Some(frame_len));
+        got += 1;
+    }
+    let per_read = 64 * 1024 / (frame_len + 4) + 1;
+    assert!(
+        got <= per_read,
+        "{got} frames given without a read, more than one 64 KiB read holds ({per_read})"
+    );
+    while got < count {
+        assert!(bounded("recv", recv.recv()).await.expect("recv").is_some());
+        got += 1;
+    }
+    drop(bounded("writer", writer).await.expect("writer"));
+}
+
 /// One `#[tokio::test]` per case of the suite, against the fixture `$fixture`.
 #[macro_export]
 macro_rules! transport_suite {
@@ -385,6 +463,11 @@ macro_rules! transport_suite {
         async fn frames_that_came_together_are_given_without_a_read() {
             $crate::transport_suite::frames_that_came_together_are_given_without_a_read(&$fixture)
                 .await;
+        }
+
+        #[tokio::test]
+        async fn a_large_frame_is_never_given_without_a_read() {
+            $crate::transport_suite::a_large_frame_is_never_given_without_a_read(&$fixture).await;
         }
 
         #[tokio::test]

@@ -785,6 +785,63 @@ async fn swapped_name() {
     scene.assert_replaced(&host).await;
 }
 
+/// Invariant (end to end): an honest answer, a lie and another honest answer in
+/// one write. The answer before the lie is delivered; the liar's caller hears `Decode` only
+/// once the worker is reaped; the answer written after the lie never reaches its caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lie_between_answers() {
+    let scene = Scene::new("lie_between_answers");
+    let host = scene.spawn("lie_between_answers").await;
+    let striker = scene.striker();
+    let call = |payload: ByteBuf| {
+        let host = host.clone();
+        tokio::spawn(async move {
+            let outcome = host.call::<Echo>(&payload).await;
+            (payload, outcome, process_present(striker))
+        })
+    };
+    let tasks = [
+        call(unique("honest one")),
+        call(unique("the liar")),
+        call(unique("honest two")),
+    ];
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    // Live: the three Returns went out in one write, in this order: honest, lie, honest.
+    let log = scene.log();
+    let last_write = log.writes.last().expect("the rogue wrote").clone();
+    let sent = log.sent_after_hello();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    let written: usize = sent.iter().map(|f| f.len() + 4).sum();
+    assert_eq!(last_write.len(), written, "not written together");
+    let returns: Vec<_> = sent.iter().map(|f| as_return(f).unwrap()).collect();
+    assert!(returns[1].2.is_empty(), "the lie is not second");
+    let body_of = |payload: &ByteBuf| airlock_codec::to_vec(payload).unwrap();
+    let before = outcomes
+        .iter()
+        .find(|(p, _, _)| body_of(p) == returns[0].2)
+        .expect("the first answer");
+    let after = outcomes
+        .iter()
+        .find(|(p, _, _)| body_of(p) == returns[2].2)
+        .expect("the answer after the lie (an honest echo)");
+    let liar = outcomes
+        .iter()
+        .find(|(p, _, _)| p.windows(4).any(|w| w == b"liar"))
+        .unwrap();
+    assert_eq!(before.1.as_ref().ok(), Some(&before.0));
+    assert!(matches!(liar.1, Err(CallError::Decode(_))), "{:?}", liar.1);
+    assert!(!liar.2, "Decode heard while the liar was still there");
+    assert!(
+        matches!(after.1, Err(CallError::WorkerLost(_))),
+        "the answer written after the lie: {:?}",
+        after.1
+    );
+    scene.assert_replaced(&host).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn double_return() {
     let scene = Scene::new("double_return");
