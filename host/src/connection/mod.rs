@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   caller ──(lock: begin the call)──▶ its own non-blocking write ──▶ worker
-//!   worker ──▶ reader task ──(lock: time first, then the frame)──▶ decode ──▶ caller
+//!   worker ──▶ reader task ──(lock: time first, then each frame of the read, decoded)──▶ caller
 //!   supervisor: time, the process, commands, restarts; never reads or writes the channel
 //! ```
 //!
@@ -24,12 +24,12 @@
 //! task making that call, never the supervisor, which can still see the deadline pass and
 //! kill it.
 //!
-//! The reader takes the frames the worker has ready (up to 64) and hands them to the session
-//! in one turn under the lock, time first. Each frame is settled before the next; a small
-//! response is decoded there, a large one ends the turn and is decoded once the lock is
-//! released, before the reader's next turn. So a worker whose response does not decode is cut
-//! off before any later frame of it is accepted, even one read together with the lie.
-
+//! The reader takes the frames that came in one read (up to 64, or 64 KiB) and hands them to
+//! the session in one turn under the lock, time first. Each frame is settled before the next;
+//! a small response (4 KiB, 256 items) is decoded there, any other ends the turn and is decoded
+//! once the lock is released, before the reader's next turn. So a worker whose response does
+//! not decode is cut off before any later frame of it is accepted, even one read together with
+//! the lie.
 //!
 //! One file per party's job: [`link`] (the calls on the worker and their callers), [`reader`]
 //! (the reader task), [`reader_spin`] (its low-latency mode) and [`wire`] (writing). This file
