@@ -1,5 +1,5 @@
-//! The reader task: the worker's frames, taken as many at a time as are ready and handed to
-//! the session under the lock with time first, the responses they complete decoded before the
+//! The reader task: the worker's frames, taken as many at a time as came in one read and
+//! handed to the session under the lock with time first, the responses they complete decoded before the
 //! next frame is handed over and delivered outside the lock, a liar cut off before its next
 //! frame is accepted.
 
@@ -41,8 +41,9 @@ fn decode(
 /// [`DECODE_IN_TURN`] bytes that decodes within `in_turn`, whose item budget is at most
 /// [`ITEMS_IN_TURN`]. Anything else is given back, undecoded and unjudged, to be decoded
 /// outside the lock within the full budgets (a lie or not): so the work a turn does under the
-/// lock is bounded by bytes and items whatever the response type, and no response is refused
-/// for the narrower budget.
+/// lock is bounded by bytes and items (see [`ITEMS_IN_TURN`] for what the response type adds),
+/// and no response is refused for the narrower budget. No `Blob` is lent from a body this
+/// small (`blob::LENT_FROM` is 64 KiB), so nothing is lent here.
 fn decode_in_turn(returned: Returned, in_turn: &ResponseDecoding) -> Result<Decoded, Returned> {
     if returned.body.len() > DECODE_IN_TURN {
         return Err(returned);
@@ -737,22 +738,32 @@ mod tests {
     /// lock; 257 items or a 4097-byte body end the turn undecoded.
     #[test]
     fn a_turn_decodes_under_the_lock_up_to_256_items_and_4_kib_and_no_more() {
+        /// Three calls answered with `bodies` in one write, the first at the bound and the
+        /// second just past it: the first is decoded in the turn, the turn ends at the second,
+        /// undecoded, and the third is left for the next turn.
+        fn at_the_edge<T: serde::de::DeserializeOwned + Send + 'static>(bodies: Vec<Bytes>) {
+            let mut calls = Calls::<T>::begin(vec![None, None, None]);
+            calls.answer(bodies);
+            let mut taken = received(calls.written());
+            let mut decoded = Vec::new();
+            let turned = calls.turn(&mut taken, &mut decoded);
+            assert_eq!(
+                decoded.len(),
+                1,
+                "the response at the bound not decoded in the turn"
+            );
+            assert!(
+                turned.settled.returned.is_some(),
+                "the response past the bound decoded under the lock"
+            );
+            assert_eq!(taken.len(), 1);
+        }
         runtime().block_on(async {
-            let mut calls = Calls::<Vec<()>>::begin(vec![None, None, None]);
-            calls.answer(vec![
+            at_the_edge::<Vec<()>>(vec![
                 units(ITEMS_IN_TURN),
                 units(ITEMS_IN_TURN + 1),
                 units(1),
             ]);
-            let mut taken = received(calls.written());
-            let mut decoded = Vec::new();
-            let turned = calls.turn(&mut taken, &mut decoded);
-            assert_eq!(decoded.len(), 1, "256 items not decoded in the turn");
-            assert!(
-                turned.settled.returned.is_some(),
-                "257 items decoded in the turn"
-            );
-            assert_eq!(taken.len(), 1);
             // A `Vec<u8>` of n bytes, 128 <= n < 16384, has a body of n + 2 bytes.
             let bytes = |n: usize| -> Bytes {
                 airlock_protocol::reuse::encode_body(&vec![7u8; n])
@@ -760,21 +771,11 @@ mod tests {
                     .into()
             };
             assert_eq!(bytes(DECODE_IN_TURN - 2).len(), DECODE_IN_TURN);
-            let mut calls = Calls::<Vec<u8>>::begin(vec![None, None, None]);
-            calls.answer(vec![
+            at_the_edge::<Vec<u8>>(vec![
                 bytes(DECODE_IN_TURN - 2),
                 bytes(DECODE_IN_TURN - 1),
                 bytes(1),
             ]);
-            let mut taken = received(calls.written());
-            let mut decoded = Vec::new();
-            let turned = calls.turn(&mut taken, &mut decoded);
-            assert_eq!(decoded.len(), 1, "a 4096-byte body not decoded in the turn");
-            assert!(
-                turned.settled.returned.is_some(),
-                "a 4097-byte body decoded under the lock"
-            );
-            assert_eq!(taken.len(), 1);
         });
     }
 
