@@ -1,6 +1,7 @@
 //! A worker served by `Worker::serve_blocking` that asks for it (`Worker::idle_wait_in_os`,
-//! as the bundled worker does) waits for the host's next frame in the OS (`ppoll` and `read`)
-//! between calls instead of through a turn of its runtime, while nothing else of its own is
+//! as the bundled worker does) waits for the host's next frame in the OS (over a pipe one
+//! blocking `read` where the kernel allows, else and over a socket `ppoll` and `read`) between
+//! calls instead of through a turn of its runtime, while nothing else of its own is
 //! under way; a task a handler left running keeps it on the runtime's own wait, so that task is
 //! never held up. A worker that does not ask always waits through its runtime.
 //!
@@ -10,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_host::{Host, HostBuilder, TransportChoice};
+use airlock_host::{Host, TransportChoice};
 use airlock_tests::background::{BackgroundDone, StartBackground};
 use airlock_tests::e2e::{background_bin, worker_bin};
 use airlock_worker::builtin::Echo;
@@ -38,13 +39,40 @@ fn sees_where_it_waits(pid: u32) -> bool {
     }
 }
 
-/// Waits (at most 10 s) until the worker's main thread is blocked in `ppoll`, the idle wait in
+/// Whether this kernel takes `RWF_NOWAIT` on a pipe, asked of a fresh, empty one: then a pipe
+/// worker's idle wait is one blocking `read` (`PipeReader::make_description_blocking`).
+fn kernel_takes_nowait_on_pipes() -> bool {
+    let (read, _write) = rustix::pipe::pipe().unwrap();
+    let mut byte = [0u8; 1];
+    let read = rustix::io::preadv2(
+        &read,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        u64::MAX,
+        rustix::io::ReadWriteFlags::NOWAIT,
+    );
+    match read {
+        Err(rustix::io::Errno::AGAIN) => true,
+        Err(rustix::io::Errno::OPNOTSUPP) => false,
+        other => panic!("an empty pipe read with RWF_NOWAIT gave {other:?}"),
+    }
+}
+
+/// The system call of the idle wait in the OS over `transport`.
+fn idle_wait_call(transport: TransportChoice) -> i64 {
+    if transport == TransportChoice::Pipe && kernel_takes_nowait_on_pipes() {
+        libc::SYS_read
+    } else {
+        libc::SYS_ppoll
+    }
+}
+
+/// Waits (at most 10 s) until the worker's main thread is blocked in `wait`, the idle wait in
 /// the OS; returns the last system call seen if it never is.
-async fn waits_in_the_os(pid: u32) -> Result<(), Option<i64>> {
+async fn waits_in_the_os(pid: u32, wait: i64) -> Result<(), Option<i64>> {
     let started = Instant::now();
     loop {
         let seen = blocked_in(pid).ok().flatten();
-        if seen == Some(libc::SYS_ppoll) {
+        if seen == Some(wait) {
             return Ok(());
         }
         if started.elapsed() > Duration::from_secs(10) {
@@ -63,7 +91,8 @@ fn is_epoll_wait(nr: i64) -> bool {
     nr == libc::SYS_epoll_pwait || nr == libc::SYS_epoll_pwait2
 }
 
-async fn an_idle_worker_waits_in_the_os(builder: HostBuilder, transport: &str) {
+async fn an_idle_worker_waits_in_the_os(choice: TransportChoice, transport: &str) {
+    let builder = Host::builder(worker_bin()).transport(choice);
     let host = builder.spawn().await.expect("spawn the bundled worker");
     let pid = host.worker_pid().expect("a process worker has a pid");
     let body = ByteBuf::from(vec![5u8; 64]);
@@ -71,8 +100,9 @@ async fn an_idle_worker_waits_in_the_os(builder: HostBuilder, transport: &str) {
         assert_eq!(host.call::<Echo>(&body).await.unwrap(), body);
     }
     if sees_where_it_waits(pid) {
-        if let Err(seen) = waits_in_the_os(pid).await {
-            panic!("{transport}: the idle worker waits in system call {seen:?}, not in ppoll");
+        let wait = idle_wait_call(choice);
+        if let Err(seen) = waits_in_the_os(pid, wait).await {
+            panic!("{transport}: the idle worker waits in system call {seen:?}, not in {wait}");
         }
     }
     // The wait in the OS takes the next call as the runtime would.
@@ -87,8 +117,7 @@ async fn an_idle_worker_on_its_own_thread_waits_for_the_host_in_the_os() {
         (TransportChoice::SocketInherited, "inherited socket"),
         (TransportChoice::SocketNamed, "named socket"),
     ] {
-        let builder = Host::builder(worker_bin()).transport(choice);
-        an_idle_worker_waits_in_the_os(builder, name).await;
+        an_idle_worker_waits_in_the_os(choice, name).await;
     }
 }
 
@@ -111,8 +140,9 @@ async fn a_task_a_handler_left_running_runs_while_the_worker_waits_for_the_host(
     // With the task gone, this worker does wait in the OS: the task above was what kept it on
     // its runtime's wait.
     if sees_where_it_waits(pid) {
-        if let Err(seen) = waits_in_the_os(pid).await {
-            panic!("the background worker waits in system call {seen:?}, not in ppoll");
+        let wait = idle_wait_call(TransportChoice::Pipe);
+        if let Err(seen) = waits_in_the_os(pid, wait).await {
+            panic!("the background worker waits in system call {seen:?}, not in {wait}");
         }
     }
     host.shutdown().await;
@@ -131,13 +161,17 @@ async fn a_worker_that_does_not_ask_waits_through_its_runtime() {
     }
     if sees_where_it_waits(pid) {
         // Idle, it settles in the runtime's wait (`epoll_wait` or `epoll_pwait`, as tokio's
-        // build chooses), and never in `ppoll`.
+        // build chooses), and never in `ppoll` or a blocking `read`.
         let started = Instant::now();
         let mut settled = 0;
         while started.elapsed() < Duration::from_secs(10) && settled < 10 {
             match blocked_in(pid).unwrap() {
                 Some(nr) if is_epoll_wait(nr) => settled += 1,
-                seen => assert_ne!(seen, Some(libc::SYS_ppoll), "it waits in the OS"),
+                Some(nr) => assert!(
+                    nr != libc::SYS_ppoll && nr != libc::SYS_read,
+                    "it waits in the OS (system call {nr})"
+                ),
+                None => {}
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -30,9 +30,11 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod pipe_reader;
 mod stream;
 mod worker_stdio;
 
+pub use pipe_reader::PipeReader;
 pub use stream::{
     StreamConfig, StreamReceiver, StreamSender, StreamTransport, DEFAULT_SEND_TIMEOUT, READ_CHUNK,
 };

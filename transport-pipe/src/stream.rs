@@ -20,6 +20,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::PipeReader;
+
 /// Default for [`StreamConfig::send_timeout`]: the protocol's one send deadline (5 seconds).
 pub use airlock_protocol::DEFAULT_SEND_TIMEOUT;
 
@@ -52,6 +54,7 @@ pub struct StreamTransport<R, W> {
     writer: W,
     config: StreamConfig,
     wait_fd: Option<OwnedFd>,
+    wait_reads_block: bool,
 }
 
 impl<R, W> StreamTransport<R, W>
@@ -66,6 +69,7 @@ where
             writer,
             config,
             wait_fd: None,
+            wait_reads_block: false,
         }
     }
 }
@@ -77,6 +81,18 @@ impl<R: AsFd, W> StreamTransport<R, W> {
     pub fn with_blocking_wait(mut self) -> std::io::Result<Self> {
         self.wait_fd = Some(rustix::io::fcntl_dupfd_cloexec(self.reader.as_fd(), 3)?);
         Ok(self)
+    }
+}
+
+impl<W> StreamTransport<PipeReader, W> {
+    /// As [`with_blocking_wait`](Self::with_blocking_wait), and the wait is one blocking `read`
+    /// instead of `ppoll` and `read` where the kernel lets the runtime's reads of the pipe stay
+    /// non-blocking on a blocking description
+    /// ([`PipeReader::make_description_blocking`]); elsewhere it polls first, as any stream's
+    /// wait does. Fails only if the descriptor cannot be duplicated or its mode set.
+    pub fn with_blocking_read(mut self) -> std::io::Result<Self> {
+        self.wait_reads_block = self.reader.make_description_blocking()?;
+        self.with_blocking_wait()
     }
 }
 
@@ -99,6 +115,7 @@ where
                 decoder: FrameDecoder::new(self.config.max_frame),
                 scratch: Vec::new(),
                 wait_fd: self.wait_fd,
+                wait_reads_block: self.wait_reads_block,
                 deferred: None,
             },
         )
@@ -125,6 +142,9 @@ pub struct StreamReceiver<R> {
     scratch: Vec<u8>,
     /// See [`StreamTransport::with_blocking_wait`].
     wait_fd: Option<OwnedFd>,
+    /// The wait's descriptor is blocking, and the reader's own reads never block on it
+    /// ([`StreamTransport::with_blocking_read`]): the wait is one `read`, with no poll first.
+    wait_reads_block: bool,
     /// A read error [`FrameReceiver::wait_blocking`] met, reported by the next `poll_recv`
     /// once the frames before it are returned: some errors are reported only once (a socket's
     /// `ECONNRESET`; later reads see the end of the stream), so it is kept, not met again.
@@ -306,24 +326,27 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         if wanted == 0 || wanted > READ_CHUNK || self.deferred.is_some() {
             return false;
         }
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        loop {
-            // No timeout: a wait with one arms a kernel timer each time, which cost about what
-            // this wait saves (BENCHMARKS.md).
-            match poll(&mut fds, None) {
-                Ok(_) => break,
-                Err(Errno::INTR) => {}
-                // A system call this process may not make (a seccomp filter) or any other
-                // failure: it waits through the runtime from now on.
-                Err(_) => {
-                    self.wait_fd = None;
-                    return false;
+        if !self.wait_reads_block {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            loop {
+                // No timeout: a wait with one arms a kernel timer each time, which cost about
+                // what this wait saves (BENCHMARKS.md).
+                match poll(&mut fds, None) {
+                    Ok(_) => break,
+                    Err(Errno::INTR) => {}
+                    // A system call this process may not make (a seccomp filter) or any other
+                    // failure: it waits through the runtime from now on.
+                    Err(_) => {
+                        self.wait_fd = None;
+                        return false;
+                    }
                 }
             }
         }
-        // Readable: bytes, the end of the stream or an error. Bytes join the decoder; an error
-        // is kept for `poll_recv`; the end of the stream (and nothing after all, `EAGAIN` or
-        // `EINTR`) is left for `poll_recv`'s own read, which meets it again.
+        // Readable, or a blocking read that waits until it is: bytes, the end of the stream or
+        // an error. Bytes join the decoder; an error is kept for `poll_recv`; the end of the
+        // stream (and nothing after all, `EAGAIN` or `EINTR`) is left for `poll_recv`'s own
+        // read, which meets it again.
         match rustix::io::read(fd, scratch_buffer(&mut self.scratch)) {
             Ok(read) => self.keep_scratch(read),
             Err(Errno::AGAIN | Errno::INTR) => {}

@@ -12,13 +12,13 @@ use std::os::fd::AsFd;
 use rustix::io::fcntl_dupfd_cloexec;
 use tokio::net::unix::pipe;
 
-use crate::{StreamConfig, StreamTransport};
+use crate::{PipeReader, StreamConfig, StreamTransport};
 
 /// The lowest descriptor number the private channel copies may take (0–2 are the stdio).
 const FIRST_PRIVATE_FD: i32 = 3;
 
 /// The pipe transport a worker speaks on, taken over from its stdin and stdout.
-pub type WorkerPipe = StreamTransport<pipe::Receiver, pipe::Sender>;
+pub type WorkerPipe = StreamTransport<PipeReader, pipe::Sender>;
 
 /// Takes the protocol channel over from stdin/stdout and relocates the stdio descriptors (see
 /// the module docs). Call once, early, before any handler runs and before anything else could
@@ -34,7 +34,7 @@ pub fn take_worker_stdio(config: StreamConfig) -> io::Result<WorkerPipe> {
     rustix::stdio::dup2_stdout(io::stderr().as_fd())?;
     let null = File::open("/dev/null")?;
     rustix::stdio::dup2_stdin(null.as_fd())?;
-    let receiver = pipe::Receiver::from_owned_fd(channel_in)?;
+    let receiver = PipeReader::new(channel_in)?;
     let sender = pipe::Sender::from_owned_fd(channel_out)?;
     Ok(StreamTransport::new(receiver, sender, config))
 }

@@ -133,6 +133,7 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_pread64,
     libc::SYS_pwrite64,
     libc::SYS_preadv,
+    libc::SYS_preadv2,
     libc::SYS_pwritev,
     libc::SYS_close,
     libc::SYS_close_range,

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_transport_pipe::{StreamConfig, StreamTransport, WorkerPipe};
+use airlock_transport_pipe::{PipeReader, StreamConfig, StreamTransport, WorkerPipe};
 use airlock_transport_socket::{
     inherited_pair, NamedConfig, NamedListener, PeerExpectation, SocketTransport,
 };
@@ -13,7 +13,10 @@ use tokio::net::UnixStream;
 use super::{Connected, Fixture};
 use crate::support::hello_frame;
 
-/// The pipe transport over two real OS pipes (`pipe(2)`), as a worker holds them.
+/// The pipe transport over two real OS pipes (`pipe(2)`), as a worker holds them: its read
+/// end's description left blocking where the kernel allows, as a worker that waits for the host
+/// in the OS leaves it (`StreamTransport::with_blocking_read`), so every read the suite makes
+/// through the transport must not block on it.
 #[derive(Clone, Copy, Debug)]
 pub struct PipeFixture;
 
@@ -21,10 +24,15 @@ impl Fixture for PipeFixture {
     type Transport = WorkerPipe;
 
     async fn connect(&self, config: StreamConfig) -> Connected<WorkerPipe> {
-        let (to_transport, from_peer) = pipe::pipe().expect("pipe");
+        let (from_peer, to_transport) = rustix::pipe::pipe().expect("pipe");
+        let to_transport = pipe::Sender::from_owned_fd(to_transport).expect("register");
+        let from_peer = PipeReader::new(from_peer).expect("register");
         let (to_peer, from_transport) = pipe::pipe().expect("pipe");
+        let transport = StreamTransport::new(from_peer, to_peer, config)
+            .with_blocking_read()
+            .expect("blocking read");
         Connected {
-            transport: StreamTransport::new(from_peer, to_peer, config),
+            transport,
             peer_read: Box::new(from_transport),
             peer_write: Box::new(to_transport),
         }

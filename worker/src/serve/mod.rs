@@ -123,9 +123,9 @@ pub(crate) async fn serve_on<T: Transport>(
         }
         let spinning = spin.as_mut().is_some_and(Spin::spinning);
         // Nothing to do but wait for the host: a loop that owns its thread waits in the OS
-        // (one `ppoll` and one `read`, where a turn of the runtime would poll for events,
-        // turn its timers and schedule this task). What came is taken by the `next_frame` arm
-        // below at once.
+        // (one blocking `read`, or a `ppoll` and a `read`, where a turn of the runtime would
+        // poll for events, turn its timers and schedule this task). What came is taken by the
+        // `next_frame` arm below at once.
         let idle = !spinning
             && calls.none_running()
             && pending_updates.is_empty()
