@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use airlock_host::{Host, TransportChoice};
 use airlock_tests::background::{BackgroundDone, StartBackground};
 use airlock_tests::e2e::{background_bin, worker_bin};
+use airlock_transport_pipe::kernel_takes_nowait_on_pipes;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -39,27 +40,9 @@ fn sees_where_it_waits(pid: u32) -> bool {
     }
 }
 
-/// Whether this kernel takes `RWF_NOWAIT` on a pipe, asked of a fresh, empty one: then a pipe
-/// worker's idle wait is one blocking `read` (`PipeReader::make_description_blocking`).
-fn kernel_takes_nowait_on_pipes() -> bool {
-    let (read, _write) = rustix::pipe::pipe().unwrap();
-    let mut byte = [0u8; 1];
-    let read = rustix::io::preadv2(
-        &read,
-        &mut [std::io::IoSliceMut::new(&mut byte)],
-        u64::MAX,
-        rustix::io::ReadWriteFlags::NOWAIT,
-    );
-    match read {
-        Err(rustix::io::Errno::AGAIN) => true,
-        Err(rustix::io::Errno::OPNOTSUPP) => false,
-        other => panic!("an empty pipe read with RWF_NOWAIT gave {other:?}"),
-    }
-}
-
 /// The system call of the idle wait in the OS over `transport`.
 fn idle_wait_call(transport: TransportChoice) -> i64 {
-    if transport == TransportChoice::Pipe && kernel_takes_nowait_on_pipes() {
+    if transport == TransportChoice::Pipe && kernel_takes_nowait_on_pipes().unwrap() {
         libc::SYS_read
     } else {
         libc::SYS_ppoll

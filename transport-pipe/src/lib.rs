@@ -31,10 +31,12 @@
 #![deny(missing_docs)]
 
 mod pipe_reader;
+mod read_window;
 mod stream;
 mod worker_stdio;
 
-pub use pipe_reader::PipeReader;
+pub use pipe_reader::{kernel_takes_nowait_on_pipes, PipeReader};
+pub use read_window::ReadWindow;
 pub use stream::{
     StreamConfig, StreamReceiver, StreamSender, StreamTransport, DEFAULT_SEND_TIMEOUT, READ_CHUNK,
 };

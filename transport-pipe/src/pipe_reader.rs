@@ -12,30 +12,21 @@
 //! way. Where the kernel refuses the flag (`EOPNOTSUPP`), the description stays non-blocking
 //! and the wait polls first, as any other stream's does.
 //!
-//! Reads go into a window of the caller's buffer that is zero-initialised first (safe code
-//! cannot read into uninitialised memory), as the socket transport's reader does: the window
-//! starts at 4 KiB, doubles while reads fill it and shrinks to what a short read returned, so
-//! zeroing stays within about twice the bytes read. Already initialised room is read into
-//! whole. A short read means the pipe is drained, so the reader goes back to the event loop
-//! instead of paying for a read that fails with `EAGAIN`.
+//! Reads go into an adaptive window of the caller's buffer ([`ReadWindow`]).
 //!
 //! [`FrameReceiver::wait_blocking`]: airlock_protocol::transport::FrameReceiver::wait_blocking
+//! [`ReadWindow`]: crate::ReadWindow
 
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use rustix::fs::{fstat, FileType};
 use rustix::io::{ioctl_fionbio, preadv2, Errno, ReadWriteFlags};
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, Interest, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
-/// Smallest read window into uninitialised room: 4 KiB, zeroed in well under the cost of a
-/// system call.
-const MIN_WINDOW: usize = 4096;
-/// Largest read window: 1 MiB, the most a pipe's buffer is enlarged to by default.
-const MAX_WINDOW: usize = 1 << 20;
+use crate::ReadWindow;
 
 /// How many bytes the probe for `RWF_NOWAIT` may take from the pipe (kept, and returned first).
 const PROBE_BYTES: usize = 256;
@@ -47,10 +38,9 @@ const CURRENT_POSITION: u64 = u64::MAX;
 /// descriptor.
 #[derive(Debug)]
 pub struct PipeReader {
-    fd: AsyncFd<OwnedFd>,
+    read: ReadWindow,
     /// Reads pass `RWF_NOWAIT`: the description may be blocking.
     nowait: bool,
-    window: usize,
     /// Bytes the probe for `RWF_NOWAIT` read, returned before anything read after them.
     probed: Vec<u8>,
 }
@@ -68,9 +58,8 @@ impl PipeReader {
         }
         ioctl_fionbio(&fd, true)?;
         Ok(Self {
-            fd: register(fd)?,
+            read: ReadWindow::new(fd)?,
             nowait: false,
-            window: MIN_WINDOW,
             probed: Vec::new(),
         })
     }
@@ -85,34 +74,56 @@ impl PipeReader {
             return Ok(true);
         }
         let mut probe = [0u8; PROBE_BYTES];
-        match read_nowait(self.fd.get_ref().as_fd(), &mut probe) {
+        match read_nowait(self.read.fd(), &mut probe) {
             Ok(read) => self
                 .probed
                 .extend_from_slice(probe.get(..read).unwrap_or_default()),
             Err(Errno::AGAIN) => {}
             // The kernel does not take the flag on a pipe (or a filter denies `preadv2`):
             // the description stays non-blocking and reads stay plain.
-            Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::PERM | Errno::INVAL) => return Ok(false),
+            Err(err) if refuses_nowait(err) => return Ok(false),
             Err(err) => return Err(err.into()),
         }
-        ioctl_fionbio(self.fd.get_ref(), false)?;
+        ioctl_fionbio(self.read.fd(), false)?;
         self.nowait = true;
         Ok(true)
     }
+}
 
-    /// One read of at most `dst.len()` bytes that fails with `EAGAIN` rather than wait.
-    fn read_now(&self, dst: &mut [u8]) -> io::Result<usize> {
-        let fd = self.fd.get_ref().as_fd();
-        loop {
-            let read = if self.nowait {
-                read_nowait(fd, dst)
-            } else {
-                rustix::io::read(fd, &mut *dst)
-            };
-            match read {
-                Err(Errno::INTR) => continue,
-                other => return Ok(other?),
-            }
+/// Whether this kernel takes `RWF_NOWAIT` on a pipe's reads, asked of a fresh, empty pipe of
+/// its own: where it does, [`PipeReader::make_description_blocking`] leaves a channel pipe's
+/// description blocking and a worker's idle wait is one `read`. Errors only if no pipe can be
+/// made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
+pub fn kernel_takes_nowait_on_pipes() -> io::Result<bool> {
+    let (read, _write) = rustix::pipe::pipe()?;
+    match read_nowait(read.as_fd(), &mut [0u8; 1]) {
+        Err(Errno::AGAIN) => Ok(true),
+        Err(err) if refuses_nowait(err) => Ok(false),
+        Ok(_) => Err(io::Error::other("an empty pipe gave bytes")),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Whether a read with `RWF_NOWAIT` failed with `err` because the flag (or `preadv2`) is refused.
+fn refuses_nowait(err: Errno) -> bool {
+    matches!(
+        err,
+        Errno::OPNOTSUPP | Errno::NOSYS | Errno::PERM | Errno::INVAL
+    )
+}
+
+/// One read of at most `dst.len()` bytes that fails with `EAGAIN` rather than wait, even on a
+/// blocking description if `nowait`.
+fn read_now(fd: BorrowedFd<'_>, dst: &mut [u8], nowait: bool) -> io::Result<usize> {
+    loop {
+        let read = if nowait {
+            read_nowait(fd, dst)
+        } else {
+            rustix::io::read(fd, &mut *dst)
+        };
+        match read {
+            Err(Errno::INTR) => continue,
+            other => return Ok(other?),
         }
     }
 }
@@ -127,22 +138,11 @@ fn read_nowait(fd: BorrowedFd<'_>, dst: &mut [u8]) -> rustix::io::Result<usize> 
     )
 }
 
-/// Registers `fd` with the runtime's event loop for readability.
-///
-/// tokio 1.54 deprecated the safe `AsyncFd::with_interest` in favour of an `unsafe` one,
-/// because a generic `T` could hand out a different or closed descriptor from `as_raw_fd`
-/// while registered. `OwnedFd` cannot: it owns the descriptor, keeps it open until dropped,
-/// and always returns the same number; and this reader only ever reads it through `get_ref`.
-#[allow(deprecated)]
-fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
-    AsyncFd::with_interest(fd, Interest::READABLE)
-}
-
 /// The pipe's descriptor, for [`StreamTransport::with_blocking_wait`](crate::StreamTransport::with_blocking_wait)
 /// (which duplicates it).
 impl AsFd for PipeReader {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.get_ref().as_fd()
+        self.read.fd()
     }
 }
 
@@ -153,38 +153,14 @@ impl AsyncRead for PipeReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if buf.remaining() == 0 {
-            return Poll::Ready(Ok(()));
-        }
-        if !this.probed.is_empty() {
+        if !this.probed.is_empty() && buf.remaining() > 0 {
             let given = this.probed.len().min(buf.remaining());
             buf.put_slice(this.probed.get(..given).unwrap_or_default());
             this.probed.drain(..given);
             return Poll::Ready(Ok(()));
         }
-        loop {
-            let mut guard = ready!(this.fd.poll_read_ready(cx))?;
-            // Room already initialised is read into whole; only fresh room is windowed.
-            let initialised = buf.initialized().len() - buf.filled().len();
-            let want = initialised.max(this.window.min(buf.remaining()));
-            let dst = buf.initialize_unfilled_to(want);
-            match guard.try_io(|_| this.read_now(dst)) {
-                Ok(Ok(read)) => {
-                    if read == want {
-                        // Filled: maybe more is queued; read more next time.
-                        this.window = (want * 2).clamp(MIN_WINDOW, MAX_WINDOW);
-                    } else if read > 0 {
-                        // Short: the pipe is drained, so the next read would fail with
-                        // `EAGAIN` (readiness from events newer than this guard is kept).
-                        guard.clear_ready();
-                        this.window = read.clamp(MIN_WINDOW, MAX_WINDOW);
-                    }
-                    buf.advance(read);
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(Err(err)) => return Poll::Ready(Err(err)),
-                Err(_would_block) => continue, // readiness cleared; wait for the next event
-            }
-        }
+        let nowait = this.nowait;
+        this.read
+            .poll_read_with(cx, buf, |fd, dst| read_now(fd, dst, nowait))
     }
 }

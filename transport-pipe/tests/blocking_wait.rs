@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use airlock_protocol::transport::{FrameReceiver, Transport};
 use airlock_protocol::TransportError;
 use airlock_transport_pipe::{
-    PipeReader, StreamConfig, StreamReceiver, StreamTransport, READ_CHUNK,
+    kernel_takes_nowait_on_pipes, PipeReader, StreamConfig, StreamReceiver, StreamTransport,
+    READ_CHUNK,
 };
 
 /// How long a helper thread waits before it writes the bytes that end a wait the receiver
@@ -53,23 +54,6 @@ fn receiver(wait: Wait) -> (StreamReceiver<PipeReader>, std::fs::File) {
         Wait::Read => transport.with_blocking_read().unwrap(),
     };
     (transport.split().1, std::fs::File::from(write))
-}
-
-/// Whether this kernel takes `RWF_NOWAIT` on a pipe, asked of a fresh, empty one.
-fn kernel_takes_nowait_on_pipes() -> bool {
-    let (read, _write) = rustix::pipe::pipe().unwrap();
-    let mut byte = [0u8; 1];
-    let read = rustix::io::preadv2(
-        &read,
-        &mut [std::io::IoSliceMut::new(&mut byte)],
-        u64::MAX,
-        rustix::io::ReadWriteFlags::NOWAIT,
-    );
-    match read {
-        Err(rustix::io::Errno::AGAIN) => true,
-        Err(rustix::io::Errno::OPNOTSUPP) => false,
-        other => panic!("an empty pipe read with RWF_NOWAIT gave {other:?}"),
-    }
 }
 
 /// The receiver's next frame if it is ready without the runtime doing anything (a poll with a
@@ -238,7 +222,7 @@ fn this_thread() -> String {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_wait_made_to_read_blocking_is_one_read_with_no_poll_before_it() {
-    if !kernel_takes_nowait_on_pipes() {
+    if !kernel_takes_nowait_on_pipes().unwrap() {
         eprintln!("skipped: this kernel refuses RWF_NOWAIT on pipes, so the wait polls first");
         return;
     }

@@ -9,12 +9,13 @@
 //! buffer is full.
 //!
 //! The read half reads into an adaptive window of the caller's buffer, zero-initialised first
-//! so that no `unsafe` is needed to read into uninitialised memory: the window starts at 4 KiB,
-//! doubles while reads fill it and shrinks to what a short read returned, so zeroing stays
-//! within about twice the bytes read (a 64 MiB transfer measured ~88% of tokio's own halves'
-//! throughput on one thread; small round trips ~30% faster). A short read means the socket is
-//! drained, so the half goes straight back to the event loop instead of paying for a read that
-//! fails with `EAGAIN`.
+//! so that no `unsafe` is needed to read into uninitialised memory
+//! ([`ReadWindow`](airlock_transport_pipe::ReadWindow); a 64 MiB transfer measured ~88% of
+//! tokio's own halves' throughput on one thread, small round trips ~30% faster). A short read
+//! means the socket is drained, so the half goes straight back to the event loop instead of
+//! paying for a read that fails with `EAGAIN`. The kernel also ends a read early at a message
+//! carrying descriptors or from another process; only a misbehaving peer does that, and it
+//! then delays only its own frames until it writes again or the host's deadline fires.
 //!
 //! Writes use `sendmsg` with `MSG_NOSIGNAL` (a peer that went away is an `EPIPE` error, never a
 //! `SIGPIPE` in the host) and carry no control messages. Reads use `recv` with no control
@@ -22,10 +23,11 @@
 //! installed in this process.
 
 use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use airlock_transport_pipe::ReadWindow;
 use rustix::io::{fcntl_dupfd_cloexec, ioctl_fionbio, Errno};
 use rustix::net::{recv, sendmsg, shutdown, RecvFlags, SendAncillaryBuffer, SendFlags, Shutdown};
 use tokio::io::unix::AsyncFd;
@@ -38,8 +40,7 @@ pub(crate) fn split_socket(fd: OwnedFd) -> io::Result<(SocketReader, SocketWrite
     ioctl_fionbio(&fd, true)?;
     let write_fd = fcntl_dupfd_cloexec(&fd, 0)?;
     let reader = SocketReader {
-        fd: register(fd, Interest::READABLE)?,
-        window: MIN_WINDOW,
+        read: ReadWindow::new(fd)?,
     };
     let writer = SocketWriter {
         state: WriteState::Idle(write_fd),
@@ -66,8 +67,7 @@ fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
 /// zero-initialised window of the caller's buffer, and never takes ancillary data.
 #[derive(Debug)]
 pub struct SocketReader {
-    fd: AsyncFd<OwnedFd>,
-    window: usize,
+    read: ReadWindow,
 }
 
 /// The socket's descriptor, for [`StreamTransport::with_blocking_wait`](airlock_transport_pipe::StreamTransport::with_blocking_wait)
@@ -75,7 +75,7 @@ pub struct SocketReader {
 /// data: descriptors a peer attaches are discarded by the kernel.
 impl AsFd for SocketReader {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.fd.get_ref().as_fd()
+        self.read.fd()
     }
 }
 
@@ -85,55 +85,19 @@ impl AsyncRead for SocketReader {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if buf.remaining() == 0 {
-            return Poll::Ready(Ok(()));
-        }
-        let this = self.get_mut();
-        loop {
-            let mut guard = ready!(this.fd.poll_read_ready(cx))?;
-            let want = this.window.min(buf.remaining());
-            match guard.try_io(|fd| read_into(fd.get_ref(), buf, want)) {
-                Ok(Ok(read)) => {
-                    if read == want {
-                        // Filled the window: maybe more is queued; read more next time.
-                        this.window = (want * 2).clamp(MIN_WINDOW, MAX_WINDOW);
-                    } else if read > 0 {
-                        // Short read: the queue is empty, so the next read would fail with
-                        // EAGAIN. (Readiness from events newer than this guard is kept.) This
-                        // is tokio's own inference for its sockets. The kernel also ends a read
-                        // early at a message carrying descriptors or from another process;
-                        // only a misbehaving peer does that, and it then delays only its own
-                        // frames until it writes again or the host's deadline fires.
-                        guard.clear_ready();
-                        this.window = read.clamp(MIN_WINDOW, MAX_WINDOW);
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Ok(Err(err)) => return Poll::Ready(Err(err)),
-                Err(_would_block) => continue, // readiness cleared; wait for the next event
-            }
-        }
+        self.get_mut().read.poll_read_with(cx, buf, recv_now)
     }
 }
 
-/// Smallest read window: 4 KiB, zeroed in well under the cost of a system call.
-const MIN_WINDOW: usize = 4096;
-/// Largest read window: 1 MiB, several socket buffers' worth.
-const MAX_WINDOW: usize = 1 << 20;
-
-/// Reads at most `want` bytes, zero-initialising that much of `buf` first (safe code cannot
-/// read into uninitialised memory). The window adapts to what reads return, so zeroing stays
-/// within a small factor of the bytes actually read. End of stream reads nothing.
-fn read_into(fd: &OwnedFd, buf: &mut ReadBuf<'_>, want: usize) -> io::Result<usize> {
-    let dst = buf.initialize_unfilled_to(want);
-    let (read, _) = loop {
+/// One `recv` into `dst`, with no control buffer (descriptors a peer attaches are discarded);
+/// the socket is non-blocking, so an empty one fails with `EAGAIN`.
+fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
+    loop {
         match recv(fd, &mut *dst, RecvFlags::empty()) {
             Err(Errno::INTR) => continue,
-            other => break other?,
+            other => return Ok(other?.0),
         }
-    };
-    buf.advance(read);
-    Ok(read)
+    }
 }
 
 /// The write half of a socket transport. Writes go straight to the socket; the half joins the
