@@ -1,6 +1,6 @@
 //! A worker served by `Worker::serve_blocking` that asks for it (`Worker::idle_wait_in_os`,
-//! as the bundled worker does) waits for the host's next frame in the OS (over a pipe one
-//! blocking `read` where the kernel allows, else and over a socket `ppoll` and `read`) between
+//! as the bundled worker does) waits for the host's next frame in the OS (one blocking `read`;
+//! over a pipe on a kernel that refuses `RWF_NOWAIT` on it, `ppoll` and `read`) between
 //! calls instead of through a turn of its runtime, while nothing else of its own is
 //! under way; a task a handler left running keeps it on the runtime's own wait, so that task is
 //! never held up. A worker that does not ask always waits through its runtime.
@@ -40,12 +40,13 @@ fn sees_where_it_waits(pid: u32) -> bool {
     }
 }
 
-/// The system call of the idle wait in the OS over `transport`.
+/// The system call of the idle wait in the OS over `transport`: one blocking `read`, but for a
+/// pipe on a kernel that refuses `RWF_NOWAIT` on it, where it is `ppoll` (then `read`).
 fn idle_wait_call(transport: TransportChoice) -> i64 {
-    if transport == TransportChoice::Pipe && kernel_takes_nowait_on_pipes().unwrap() {
-        libc::SYS_read
-    } else {
+    if transport == TransportChoice::Pipe && !kernel_takes_nowait_on_pipes().unwrap() {
         libc::SYS_ppoll
+    } else {
+        libc::SYS_read
     }
 }
 

@@ -38,7 +38,8 @@ mod worker_stdio;
 pub use pipe_reader::{kernel_takes_nowait_on_pipes, PipeReader};
 pub use read_window::ReadWindow;
 pub use stream::{
-    StreamConfig, StreamReceiver, StreamSender, StreamTransport, DEFAULT_SEND_TIMEOUT, READ_CHUNK,
+    BlockingDescription, StreamConfig, StreamReceiver, StreamSender, StreamTransport,
+    DEFAULT_SEND_TIMEOUT, READ_CHUNK,
 };
 pub use worker_stdio::{take_worker_stdio, WorkerPipe};
 

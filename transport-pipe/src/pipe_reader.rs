@@ -6,16 +6,17 @@
 //! needs one system call for that wait if the description is blocking (`read`), two if it is
 //! not (`ppoll`, then `read`). The runtime's own reads of the same description must never
 //! block, or its thread would stop in a read while a handler's answer waits to be written. So
-//! [`PipeReader::make_description_blocking`] leaves the description blocking only where the
-//! kernel takes `preadv2` with `RWF_NOWAIT` on a pipe: a read that fails with `EAGAIN` on an
-//! empty pipe whatever the description's mode. It then makes every read of the runtime's that
-//! way. Where the kernel refuses the flag (`EOPNOTSUPP`), the description stays non-blocking
-//! and the wait polls first, as any other stream's does.
+//! the reader ([`BlockingDescription`]) leaves the description blocking only where the kernel
+//! takes `preadv2` with `RWF_NOWAIT` on a pipe: a read that fails with `EAGAIN` on an empty
+//! pipe whatever the description's mode. It then makes every read of the runtime's that way.
+//! Where the kernel refuses the flag (`EOPNOTSUPP`), the description stays non-blocking and the
+//! wait polls first, as any other stream's does.
 //!
 //! Reads go into an adaptive window of the caller's buffer ([`ReadWindow`]).
 //!
 //! [`FrameReceiver::wait_blocking`]: airlock_protocol::transport::FrameReceiver::wait_blocking
 //! [`ReadWindow`]: crate::ReadWindow
+//! [`BlockingDescription`]: crate::BlockingDescription
 
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -26,7 +27,7 @@ use rustix::fs::{fstat, FileType};
 use rustix::io::{ioctl_fionbio, preadv2, Errno, ReadWriteFlags};
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::ReadWindow;
+use crate::{BlockingDescription, ReadWindow};
 
 /// How many bytes the probe for `RWF_NOWAIT` may take from the pipe (kept, and returned first).
 const PROBE_BYTES: usize = 256;
@@ -63,13 +64,15 @@ impl PipeReader {
             probed: Vec::new(),
         })
     }
+}
 
+impl BlockingDescription for PipeReader {
     /// Leaves the pipe's open file description blocking, so that a wait on it in the OS can be
     /// one `read`, if this kernel lets the reader's own reads stay non-blocking on it; returns
     /// whether it did. Every later read of this reader's then passes `RWF_NOWAIT`. A probe read
     /// decides it: what it takes from the pipe is returned first by the next read. Errors only
     /// if the probe read fails for another reason than the flag.
-    pub fn make_description_blocking(&mut self) -> io::Result<bool> {
+    fn make_description_blocking(&mut self) -> io::Result<bool> {
         if self.nowait {
             return Ok(true);
         }
@@ -91,8 +94,8 @@ impl PipeReader {
 }
 
 /// Whether this kernel takes `RWF_NOWAIT` on a pipe's reads, asked of a fresh, empty pipe of
-/// its own: where it does, [`PipeReader::make_description_blocking`] leaves a channel pipe's
-/// description blocking and a worker's idle wait is one `read`. Errors only if no pipe can be
+/// its own: where it does, a [`PipeReader`] leaves its pipe's description blocking
+/// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can be
 /// made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
 pub fn kernel_takes_nowait_on_pipes() -> io::Result<bool> {
     let (read, _write) = rustix::pipe::pipe()?;

@@ -20,8 +20,6 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::PipeReader;
-
 /// Default for [`StreamConfig::send_timeout`]: the protocol's one send deadline (5 seconds).
 pub use airlock_protocol::DEFAULT_SEND_TIMEOUT;
 
@@ -84,12 +82,22 @@ impl<R: AsFd, W> StreamTransport<R, W> {
     }
 }
 
-impl<W> StreamTransport<PipeReader, W> {
+/// A reader whose own reads never wait, whatever its descriptor's blocking mode: so that mode
+/// may be left blocking, and a receiver's wait in the OS on that descriptor be one `read`
+/// ([`StreamTransport::with_blocking_read`]). The worker's pipe reader ([`PipeReader`], where
+/// the kernel allows) and the socket transport's read half are.
+pub trait BlockingDescription: AsFd {
+    /// Leaves the descriptor's open file description blocking if this reader's reads (and
+    /// those of any other half sharing the description) stay non-blocking on it; returns
+    /// whether it did.
+    fn make_description_blocking(&mut self) -> std::io::Result<bool>;
+}
+
+impl<R: BlockingDescription, W> StreamTransport<R, W> {
     /// As [`with_blocking_wait`](Self::with_blocking_wait), and the wait is one blocking `read`
-    /// instead of `ppoll` and `read` where the kernel lets the runtime's reads of the pipe stay
-    /// non-blocking on a blocking description
-    /// ([`PipeReader::make_description_blocking`]); elsewhere it polls first, as any stream's
-    /// wait does. Fails only if the descriptor cannot be duplicated or its mode set.
+    /// instead of `ppoll` and `read` where the reader can leave its description blocking
+    /// ([`BlockingDescription`]); elsewhere it polls first, as any stream's wait does. Fails
+    /// only if the descriptor cannot be duplicated or its mode set.
     pub fn with_blocking_read(mut self) -> std::io::Result<Self> {
         self.wait_reads_block = self.reader.make_description_blocking()?;
         self.with_blocking_wait()

@@ -39,8 +39,9 @@ impl Fixture for PipeFixture {
     }
 }
 
-/// The socket transport, inherited mode: the host's end of a socket pair; the peer is the end
-/// a worker would adopt.
+/// The socket transport, inherited mode: the host's end of a socket pair, its description left
+/// blocking as a worker that waits in the OS leaves its own (`with_blocking_read`); the peer
+/// is the end a worker would adopt.
 #[derive(Clone, Copy, Debug)]
 pub struct InheritedFixture;
 
@@ -49,6 +50,7 @@ impl Fixture for InheritedFixture {
 
     async fn connect(&self, config: StreamConfig) -> Connected<SocketTransport> {
         let (transport, child_end) = inherited_pair(config).expect("socket pair");
+        let transport = transport.with_blocking_read().expect("blocking read");
         let peer = std::os::unix::net::UnixStream::from(child_end);
         peer.set_nonblocking(true).expect("nonblocking");
         let (read, write) = UnixStream::from_std(peer).expect("register").into_split();
@@ -61,7 +63,8 @@ impl Fixture for InheritedFixture {
 }
 
 /// The socket transport, named mode: the host's accepted connection, after a real listener
-/// screened the peer's credentials and `Hello`.
+/// screened the peer's credentials and `Hello`, its description left blocking as for
+/// [`InheritedFixture`].
 #[derive(Clone, Copy, Debug)]
 pub struct NamedFixture;
 
@@ -86,7 +89,10 @@ impl Fixture for NamedFixture {
         assert!(!name.exists(), "the name outlived the accept");
         let (read, write) = client.into_split();
         Connected {
-            transport: accepted.transport,
+            transport: accepted
+                .transport
+                .with_blocking_read()
+                .expect("blocking read"),
             peer_read: Box::new(read),
             peer_write: Box::new(write),
         }

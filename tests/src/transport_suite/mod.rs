@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_protocol::{FrameError, TransportError, DEFAULT_MAX_FRAME};
-use airlock_transport_pipe::{StreamConfig, StreamTransport};
+use airlock_transport_pipe::{StreamConfig, StreamTransport, READ_CHUNK};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -304,6 +304,77 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
     drop(send);
 }
 
+/// A read never blocks, though every fixture's channel is left blocking as a worker that waits
+/// for its host in the OS leaves it (`StreamTransport::with_blocking_read`): after a read that
+/// filled the receiver's room exactly, the reader keeps the channel's readiness (more may have
+/// come), and its next read meets an empty channel. A read that blocked would end only once a
+/// rescue wrote, long after the case's bound.
+pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
+    let mut connected = fixture.connect(StreamConfig::default()).await;
+    let (_send, mut recv) = connected.transport.split();
+    let frame = raw_frame(pattern(READ_CHUNK - 4));
+    let mut bytes = frame.head.to_vec();
+    bytes.extend_from_slice(&frame.body);
+    connected.peer_write.write_all(&bytes).await.expect("write");
+    connected.peer_write.flush().await.expect("flush");
+    // The runtime turns and learns that the channel is readable.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match recv.poll_recv(&mut cx) {
+        std::task::Poll::Ready(Ok(Some(got))) => assert_eq!(got, frame.body),
+        other => panic!(
+            "the frame was not read at once: {:?}",
+            other.map(|r| r.map(|_| ()))
+        ),
+    }
+    // The next read, off the runtime's thread: a read that blocked would never answer.
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let pending = recv.poll_recv(&mut cx).is_pending();
+        let _ = answer.send(pending);
+        recv
+    });
+    match answered.recv_timeout(Duration::from_secs(5)) {
+        Ok(pending) => assert!(pending, "a read of an empty channel gave something"),
+        Err(_) => panic!("a read of an empty channel blocked"),
+    }
+    drop(connected.peer_write);
+}
+
+/// A write never blocks either, on a channel left blocking as above: a frame larger than the
+/// channel holds, to a peer that reads nothing, is written as far as the channel takes it and
+/// then waits for room without blocking the thread (the send deadline keeps it).
+pub async fn a_write_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
+    let connected = fixture.connect(StreamConfig::default()).await;
+    let (mut send, _recv) = connected.transport.split();
+    let body_len = 8 << 20;
+    let batch = vec![raw_frame(pattern(body_len))];
+    let runtime = tokio::runtime::Handle::current();
+    let (answer, answered) = std::sync::mpsc::channel();
+    // Off the runtime's thread, inside the runtime (the send deadline is one of its timers):
+    // a write that blocked would never answer.
+    std::thread::spawn(move || {
+        let _inside = runtime.enter();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut progress = airlock_protocol::transport::SendProgress::default();
+        let pending = send.poll_send(&mut cx, &batch, &mut progress).is_pending();
+        let _ = answer.send((pending, progress.written));
+        send
+    });
+    match answered.recv_timeout(Duration::from_secs(5)) {
+        Ok((pending, written)) => {
+            assert!(pending, "a frame larger than the channel was written whole");
+            assert!(
+                written < body_len,
+                "{written} bytes written to a peer reading none"
+            );
+        }
+        Err(_) => panic!("a write to a full channel blocked"),
+    }
+    drop(connected.peer_read);
+}
+
 /// Frames that came together are given by `recv_buffered` without a read: the whole ones
 /// after the first `recv`, then `None` for one only partly arrived (and for the end of the
 /// stream, which only a read meets); `recv` then reads the rest.
@@ -457,6 +528,18 @@ macro_rules! transport_suite {
         #[tokio::test]
         async fn stalled_reader_fails_sender_within_deadline() {
             $crate::transport_suite::stalled_reader_fails_sender_within_deadline(&$fixture).await;
+        }
+
+        #[tokio::test]
+        async fn a_read_never_blocks_on_a_channel_left_blocking() {
+            $crate::transport_suite::a_read_never_blocks_on_a_channel_left_blocking(&$fixture)
+                .await;
+        }
+
+        #[tokio::test]
+        async fn a_write_never_blocks_on_a_channel_left_blocking() {
+            $crate::transport_suite::a_write_never_blocks_on_a_channel_left_blocking(&$fixture)
+                .await;
         }
 
         #[tokio::test]
