@@ -93,8 +93,8 @@ impl Worker {
     /// Lets a worker served by [`serve_blocking`](Self::serve_blocking) wait for the host's
     /// next frame in the OS while it is idle (one blocking `read`; over a pipe on a kernel that
     /// refuses `RWF_NOWAIT` on it, one `ppoll` and one `read`) instead of through a turn of its
-    /// runtime, which saves about a sixth of a small call's round trip. Off by default;
-    /// without `serve_blocking` it does nothing.
+    /// runtime: a turn of the runtime and a poll fewer per call (BENCHMARKS.md measures it).
+    /// Off by default; without `serve_blocking` it does nothing.
     ///
     /// The loop waits so only while nothing else of the worker's is under way on the runtime:
     /// no call running, no answer or update waiting to be written, and no task alive on the
