@@ -230,9 +230,10 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
     Ok(args.get(at + 1).ok_or(USAGE)?.clone())
 }
 
-/// `calls N --worker PATH [--unconfined] [--window W] [--threads T] [--body BYTES [--blob]]
-/// [--spin MICROS] [--tokio-floor] [--session-only [--blocking] [--worker-session]]`: N small
-/// calls on one current-thread host (with `--window`, W at a time on a 2-thread host; with
+/// `calls N --worker PATH [--unconfined] [--socket] [--window W] [--threads T] [--body BYTES
+/// [--blob]] [--spin MICROS] [--tokio-floor] [--session-only [--blocking] [--worker-session]]`:
+/// N small calls on one current-thread host (with `--socket`, over an inherited socket; with
+/// `--window`, W at a time on a 2-thread host; with
 /// `--threads`, on a host of T runtime threads, 0 for current-thread; with `--body`, echoes of
 /// that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in the low-latency mode
 /// with that window). With no host at all:
@@ -285,7 +286,7 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
-            "--unconfined" | "--from-task" | "--blob" => {}
+            "--unconfined" | "--from-task" | "--blob" | "--socket" => {}
             "--window" | "--body" | "--spin" | "--threads" => {
                 given.next();
             }
@@ -301,6 +302,9 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
         airlock_host::Confinement::strict()
     };
     let mut builder = airlock_host::Host::builder(&options.worker).confinement(policy);
+    if args.iter().any(|a| a == "--socket") {
+        builder = builder.transport(airlock_host::TransportChoice::SocketInherited);
+    }
     if let Some(micros) = spin {
         builder = builder.low_latency(std::time::Duration::from_micros(u64::from(micros)));
     }

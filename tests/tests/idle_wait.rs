@@ -1,7 +1,7 @@
 //! A worker served by `Worker::serve_blocking` that asks for it (`Worker::idle_wait_in_os`,
-//! as the bundled worker does) waits for the host's next frame in the OS (one blocking `read`;
-//! over a pipe on a kernel that refuses `RWF_NOWAIT` on it, `ppoll` and `read`) between
-//! calls instead of through a turn of its runtime, while nothing else of its own is
+//! as the bundled worker does) waits for the host's next frame in the OS (over a pipe one
+//! blocking `read` where the kernel honours `RWF_NOWAIT` on it; else `ppoll` and `read`)
+//! between calls instead of through a turn of its runtime, while nothing else of its own is
 //! under way; a task a handler left running keeps it on the runtime's own wait, so that task is
 //! never held up. A worker that does not ask always waits through its runtime.
 //!
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use airlock_host::{Host, TransportChoice};
 use airlock_tests::background::{BackgroundDone, StartBackground};
 use airlock_tests::e2e::{background_bin, worker_bin};
-use airlock_transport_pipe::kernel_takes_nowait_on_pipes;
+use airlock_transport_pipe::kernel_honours_nowait_on_pipes;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -40,13 +40,13 @@ fn sees_where_it_waits(pid: u32) -> bool {
     }
 }
 
-/// The system call of the idle wait in the OS over `transport`: one blocking `read`, but for a
-/// pipe on a kernel that refuses `RWF_NOWAIT` on it, where it is `ppoll` (then `read`).
+/// The system call of the idle wait in the OS over `transport`: over a pipe where the kernel
+/// honours `RWF_NOWAIT` on it, one blocking `read`; else `ppoll` (then `read`).
 fn idle_wait_call(transport: TransportChoice) -> i64 {
-    if transport == TransportChoice::Pipe && !kernel_takes_nowait_on_pipes().unwrap() {
-        libc::SYS_ppoll
-    } else {
+    if transport == TransportChoice::Pipe && kernel_honours_nowait_on_pipes().unwrap() {
         libc::SYS_read
+    } else {
+        libc::SYS_ppoll
     }
 }
 

@@ -35,7 +35,7 @@ mod read_window;
 mod stream;
 mod worker_stdio;
 
-pub use pipe_reader::{kernel_takes_nowait_on_pipes, PipeReader};
+pub use pipe_reader::{kernel_honours_nowait_on_pipes, PipeReader};
 pub use read_window::ReadWindow;
 pub use stream::{
     BlockingDescription, StreamConfig, StreamReceiver, StreamSender, StreamTransport,

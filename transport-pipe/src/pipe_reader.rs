@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::{BlockingDescription, ReadWindow};
 
-/// How many bytes the probe for `RWF_NOWAIT` may take from the pipe (kept, and returned first).
+/// How many bytes the read that asks the pipe whether it takes `RWF_NOWAIT` may take from it.
 const PROBE_BYTES: usize = 256;
 
 /// `preadv2`'s offset that means "the current position", the only one a pipe has.
@@ -42,8 +42,6 @@ pub struct PipeReader {
     read: ReadWindow,
     /// Reads pass `RWF_NOWAIT`: the description may be blocking.
     nowait: bool,
-    /// Bytes the probe for `RWF_NOWAIT` read, returned before anything read after them.
-    probed: Vec<u8>,
 }
 
 impl PipeReader {
@@ -61,29 +59,31 @@ impl PipeReader {
         Ok(Self {
             read: ReadWindow::new(fd)?,
             nowait: false,
-            probed: Vec::new(),
         })
     }
 }
 
 impl BlockingDescription for PipeReader {
     /// Leaves the pipe's open file description blocking, so that a wait on it in the OS can be
-    /// one `read`, if this kernel lets the reader's own reads stay non-blocking on it; returns
-    /// whether it did. Every later read of this reader's then passes `RWF_NOWAIT`. A probe read
-    /// decides it: what it takes from the pipe is returned first by the next read. Errors only
-    /// if the probe read fails for another reason than the flag.
-    fn make_description_blocking(&mut self) -> io::Result<bool> {
+    /// one `read`, if this kernel honours `RWF_NOWAIT` on the pipe's reads; returns whether it
+    /// did. Every later read of this reader's then passes `RWF_NOWAIT`. Whether the kernel
+    /// honours the flag is told by its release ([`kernel_honours_nowait_on_pipes`]) and by a
+    /// read of this pipe with the flag, made while the description is still non-blocking:
+    /// what that read takes is appended to `taken`. Errors only if that read fails for another
+    /// reason than the flag, or the mode cannot be set.
+    fn make_description_blocking(&mut self, taken: &mut Vec<u8>) -> io::Result<bool> {
         if self.nowait {
             return Ok(true);
         }
+        if !release_honours_nowait_on_pipes() {
+            return Ok(false);
+        }
         let mut probe = [0u8; PROBE_BYTES];
         match read_nowait(self.read.fd(), &mut probe) {
-            Ok(read) => self
-                .probed
-                .extend_from_slice(probe.get(..read).unwrap_or_default()),
+            Ok(read) => taken.extend_from_slice(probe.get(..read).unwrap_or_default()),
             Err(Errno::AGAIN) => {}
-            // The kernel does not take the flag on a pipe (or a filter denies `preadv2`):
-            // the description stays non-blocking and reads stay plain.
+            // This pipe does not take the flag (or a filter denies `preadv2`): the description
+            // stays non-blocking and reads stay plain.
             Err(err) if refuses_nowait(err) => return Ok(false),
             Err(err) => return Err(err.into()),
         }
@@ -93,18 +93,46 @@ impl BlockingDescription for PipeReader {
     }
 }
 
-/// Whether this kernel takes `RWF_NOWAIT` on a pipe's reads, asked of a fresh, empty pipe of
-/// its own: where it does, a [`PipeReader`] leaves its pipe's description blocking
-/// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can be
-/// made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
-pub fn kernel_takes_nowait_on_pipes() -> io::Result<bool> {
-    let (read, _write) = rustix::pipe::pipe()?;
+/// Whether this kernel honours `RWF_NOWAIT` on a pipe's reads: its release is Linux 6.4 or
+/// later (6.4-rc1 excepted: it took the flag on pipes without honouring it, as gVisor does,
+/// which reports release 4.4), and a fresh, empty, non-blocking pipe of its own
+/// takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description blocking
+/// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can
+/// be made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
+pub fn kernel_honours_nowait_on_pipes() -> io::Result<bool> {
+    if !release_honours_nowait_on_pipes() {
+        return Ok(false);
+    }
+    let (read, _write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK)?;
     match read_nowait(read.as_fd(), &mut [0u8; 1]) {
         Err(Errno::AGAIN) => Ok(true),
         Err(err) if refuses_nowait(err) => Ok(false),
         Ok(_) => Err(io::Error::other("an empty pipe gave bytes")),
         Err(err) => Err(err.into()),
     }
+}
+
+/// Whether this kernel's release honours `RWF_NOWAIT` on pipe reads: Linux 6.4 and later. A
+/// kernel that takes the flag need not honour it, and a probe cannot tell the two apart on an
+/// empty pipe without risking the very wait it is about: Linux 6.4-rc1 set the flag's mark on
+/// pipes (`afed6271f5b0`) a release candidate before their reads honoured it (`c04fe8e32f90`),
+/// and gVisor, which reports release 4.4, takes the flag and ignores it. Older releases, and
+/// a release this cannot read, count as "no": the wait then polls first.
+fn release_honours_nowait_on_pipes() -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_string_lossy();
+    release_at_least_6_4(&release)
+}
+
+/// Whether kernel release string `release` (`6.18.44-…`) is 6.4 or later, 6.4-rc1 excepted.
+fn release_at_least_6_4(release: &str) -> bool {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (numbers.next(), numbers.next()) else {
+        return false;
+    };
+    (major, minor) > (6, 4) || ((major, minor) == (6, 4) && !release.contains("-rc1"))
 }
 
 /// Whether a read with `RWF_NOWAIT` failed with `err` because the flag (or `preadv2`) is refused.
@@ -156,14 +184,32 @@ impl AsyncRead for PipeReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.probed.is_empty() && buf.remaining() > 0 {
-            let given = this.probed.len().min(buf.remaining());
-            buf.put_slice(this.probed.get(..given).unwrap_or_default());
-            this.probed.drain(..given);
-            return Poll::Ready(Ok(()));
-        }
         let nowait = this.nowait;
         this.read
             .poll_read_with(cx, buf, |fd, dst| read_now(fd, dst, nowait))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_at_least_6_4;
+
+    #[test]
+    fn releases_from_6_4_honour_the_flag_but_6_4_rc1() {
+        for (release, honours) in [
+            ("6.18.44-fc-v1147", true),
+            ("6.4.0", true),
+            ("6.4.0-rc2", true),
+            ("6.5.0-21-generic", true),
+            ("7.0.1", true),
+            ("6.4.0-rc1", false),
+            ("6.3.13", false),
+            ("5.15.0-91-generic", false),
+            ("4.4.0", false),
+            ("", false),
+            ("six", false),
+        ] {
+            assert_eq!(release_at_least_6_4(release), honours, "{release}");
+        }
     }
 }

@@ -2,12 +2,14 @@
 //! of the caller's buffer: the read loop under the worker's pipe reader ([`PipeReader`]) and
 //! the socket transport's read half.
 //!
-//! Safe code cannot read into uninitialised memory, so fresh room is zeroed first. To keep that
+//! Safe code cannot read into uninitialised memory, so the window is zeroed first. To keep that
 //! within about twice the bytes read, the window starts at 4 KiB, doubles while reads fill it
-//! and shrinks to what a short read returned; room the caller's buffer has initialised already
-//! (a scratch buffer) is read into whole. A short read means the descriptor is drained, so the
-//! reader goes straight back to the event loop instead of paying for a read that fails with
-//! `EAGAIN`: tokio's own inference for its pipes and sockets.
+//! and shrinks to what a short read returned. (Reading the whole of a receiver's 64 KiB
+//! scratch buffer, which is initialised already, measured no faster over a pipe and about
+//! 0.1 µs slower a round trip over a Unix socket, where the kernel's read costs more the larger
+//! the buffer.) A short read means the descriptor is drained, so the reader goes straight back
+//! to the event loop instead of paying for a read that fails with `EAGAIN`: tokio's own
+//! inference for its pipes and sockets.
 //!
 //! [`PipeReader`]: crate::PipeReader
 
@@ -60,8 +62,7 @@ impl ReadWindow {
         }
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
-            let initialised = buf.initialized().len().saturating_sub(buf.filled().len());
-            let want = initialised.max(self.window.min(buf.remaining()));
+            let want = self.window.min(buf.remaining());
             let dst = buf.initialize_unfilled_to(want);
             match guard.try_io(|fd| read_now(fd.get_ref().as_fd(), dst)) {
                 Ok(Ok(read)) => {

@@ -53,6 +53,9 @@ pub struct StreamTransport<R, W> {
     config: StreamConfig,
     wait_fd: Option<OwnedFd>,
     wait_reads_block: bool,
+    /// Bytes the reader took while setting up the wait ([`BlockingDescription`]), handed to
+    /// the receiver's decoder before anything read after them.
+    early: Vec<u8>,
 }
 
 impl<R, W> StreamTransport<R, W>
@@ -68,6 +71,7 @@ where
             config,
             wait_fd: None,
             wait_reads_block: false,
+            early: Vec::new(),
         }
     }
 }
@@ -84,13 +88,15 @@ impl<R: AsFd, W> StreamTransport<R, W> {
 
 /// A reader whose own reads never wait, whatever its descriptor's blocking mode: so that mode
 /// may be left blocking, and a receiver's wait in the OS on that descriptor be one `read`
-/// ([`StreamTransport::with_blocking_read`]). The worker's pipe reader ([`PipeReader`], where
-/// the kernel allows) and the socket transport's read half are.
+/// ([`StreamTransport::with_blocking_read`]). The worker's pipe reader is, where the kernel
+/// allows ([`PipeReader`](crate::PipeReader)). (A Unix socket's reads could be made so with
+/// `MSG_DONTWAIT`, but a blocking `read` on a socket measured slower than `ppoll` and `read`.)
 pub trait BlockingDescription: AsFd {
     /// Leaves the descriptor's open file description blocking if this reader's reads (and
     /// those of any other half sharing the description) stay non-blocking on it; returns
-    /// whether it did.
-    fn make_description_blocking(&mut self) -> std::io::Result<bool>;
+    /// whether it did. Bytes it reads to find out are appended to `taken`, which the caller
+    /// must treat as read before anything this reader reads later.
+    fn make_description_blocking(&mut self, taken: &mut Vec<u8>) -> std::io::Result<bool>;
 }
 
 impl<R: BlockingDescription, W> StreamTransport<R, W> {
@@ -99,7 +105,7 @@ impl<R: BlockingDescription, W> StreamTransport<R, W> {
     /// ([`BlockingDescription`]); elsewhere it polls first, as any stream's wait does. Fails
     /// only if the descriptor cannot be duplicated or its mode set.
     pub fn with_blocking_read(mut self) -> std::io::Result<Self> {
-        self.wait_reads_block = self.reader.make_description_blocking()?;
+        self.wait_reads_block = self.reader.make_description_blocking(&mut self.early)?;
         self.with_blocking_wait()
     }
 }
@@ -113,6 +119,8 @@ where
     type Receiver = StreamReceiver<R>;
 
     fn split(self) -> (StreamSender<W>, StreamReceiver<R>) {
+        let mut decoder = FrameDecoder::new(self.config.max_frame);
+        decoder.extend(&self.early);
         (
             StreamSender {
                 writer: Some(self.writer),
@@ -120,7 +128,7 @@ where
             },
             StreamReceiver {
                 reader: self.reader,
-                decoder: FrameDecoder::new(self.config.max_frame),
+                decoder,
                 scratch: Vec::new(),
                 wait_fd: self.wait_fd,
                 wait_reads_block: self.wait_reads_block,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use airlock_protocol::transport::{FrameReceiver, Transport};
 use airlock_protocol::TransportError;
 use airlock_transport_pipe::{
-    kernel_takes_nowait_on_pipes, PipeReader, StreamConfig, StreamReceiver, StreamTransport,
+    kernel_honours_nowait_on_pipes, PipeReader, StreamConfig, StreamReceiver, StreamTransport,
     READ_CHUNK,
 };
 
@@ -222,7 +222,7 @@ fn this_thread() -> String {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_wait_made_to_read_blocking_is_one_read_with_no_poll_before_it() {
-    if !kernel_takes_nowait_on_pipes().unwrap() {
+    if !kernel_honours_nowait_on_pipes().unwrap() {
         eprintln!("skipped: this kernel refuses RWF_NOWAIT on pipes, so the wait polls first");
         return;
     }
@@ -271,24 +271,50 @@ async fn the_readers_own_reads_never_block_on_the_description_a_wait_reads_block
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn bytes_in_the_pipe_before_the_wait_is_set_up_are_read_first_and_whole() {
+/// A receiver over a pipe holding `bytes` before the blocking read is set up (which may take
+/// some of them from the pipe to learn whether the kernel honours `RWF_NOWAIT`), and the
+/// pipe's write end.
+fn receiver_after(bytes: &[u8]) -> (StreamReceiver<PipeReader>, std::fs::File) {
     let (read, write) = rustix::pipe::pipe().unwrap();
     let mut writer = std::fs::File::from(write);
-    // Longer than what setting up the blocking read may take from the pipe to learn whether
-    // the kernel allows it.
-    let first = vec![1u8; 1000];
-    let mut bytes = framed(&first);
-    bytes.extend(framed(b"second"));
-    writer.write_all(&bytes).unwrap();
+    writer.write_all(bytes).unwrap();
     let transport = StreamTransport::new(
         PipeReader::new(read).unwrap(),
         tokio::io::sink(),
         StreamConfig::default(),
     );
-    let mut receiver = transport.with_blocking_read().unwrap().split().1;
+    (transport.with_blocking_read().unwrap().split().1, writer)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bytes_in_the_pipe_before_the_wait_is_set_up_are_read_first_and_whole() {
+    // Longer than what setting up the blocking read may take from the pipe.
+    let first = vec![1u8; 1000];
+    let mut bytes = framed(&first);
+    bytes.extend(framed(b"second"));
+    // Read first by the runtime.
+    let (mut receiver, _writer) = receiver_after(&bytes);
     assert_eq!(receiver.recv().await.unwrap().unwrap(), first);
     assert_eq!(receiver.recv().await.unwrap().unwrap(), &b"second"[..]);
+    // A wait first, as a worker's loop makes when it is idle right after its `Hello`: it may
+    // decline (bytes taken while setting up are for `poll_recv` to decode first) or take
+    // the rest, but never reads past them.
+    let (mut receiver, _writer) = receiver_after(&bytes);
+    receiver.wait_blocking();
+    assert_eq!(receiver.recv().await.unwrap().unwrap(), first);
+    assert_eq!(receiver.recv().await.unwrap().unwrap(), &b"second"[..]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_frame_taken_whole_while_the_wait_is_set_up_is_not_waited_for() {
+    let (mut receiver, writer) = receiver_after(&framed(b"hello"));
+    // Whether or not setting up took the frame from the pipe, it is the receiver's now: a wait
+    // would block until the rescue writes.
+    does_not_wait(&mut receiver, writer, "a frame taken while setting up");
+    assert_eq!(
+        ready_frame(&mut receiver),
+        Poll::Ready(Some(b"hello".to_vec()))
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

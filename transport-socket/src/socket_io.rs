@@ -18,9 +18,7 @@
 //! then delays only its own frames until it writes again or the host's deadline fires.
 //!
 //! Writes use `sendmsg` with `MSG_NOSIGNAL` (a peer that went away is an `EPIPE` error, never a
-//! `SIGPIPE` in the host) and carry no control messages. Reads and writes alike pass
-//! `MSG_DONTWAIT`, so neither ever blocks, even on a description a worker leaves blocking for
-//! its wait in the OS (`StreamTransport::with_blocking_read`). Reads use `recv` with no control
+//! `SIGPIPE` in the host) and carry no control messages. Reads use `recv` with no control
 //! buffer, so descriptors a peer attaches (`SCM_RIGHTS`) are discarded by the kernel, never
 //! installed in this process.
 
@@ -29,7 +27,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use airlock_transport_pipe::{BlockingDescription, ReadWindow};
+use airlock_transport_pipe::ReadWindow;
 use rustix::io::{fcntl_dupfd_cloexec, ioctl_fionbio, Errno};
 use rustix::net::{recv, sendmsg, shutdown, RecvFlags, SendAncillaryBuffer, SendFlags, Shutdown};
 use tokio::io::unix::AsyncFd;
@@ -81,15 +79,6 @@ impl AsFd for SocketReader {
     }
 }
 
-/// Every `recv` and `sendmsg` of the two halves passes `MSG_DONTWAIT`, so the socket's
-/// description (which the halves share) may be left blocking for a wait in the OS.
-impl BlockingDescription for SocketReader {
-    fn make_description_blocking(&mut self) -> io::Result<bool> {
-        ioctl_fionbio(self.read.fd(), false)?;
-        Ok(true)
-    }
-}
-
 impl AsyncRead for SocketReader {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -101,11 +90,10 @@ impl AsyncRead for SocketReader {
 }
 
 /// One `recv` into `dst`, with no control buffer (descriptors a peer attaches are discarded);
-/// `MSG_DONTWAIT`, so an empty socket fails with `EAGAIN` even once the description is left
-/// blocking.
+/// the socket is non-blocking, so an empty one fails with `EAGAIN`.
 fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
     loop {
-        match recv(fd, &mut *dst, RecvFlags::DONTWAIT) {
+        match recv(fd, &mut *dst, RecvFlags::empty()) {
             Err(Errno::INTR) => continue,
             other => return Ok(other?.0),
         }
@@ -144,13 +132,11 @@ impl SocketWriter {
 
 fn send_slices(fd: impl AsFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     loop {
-        // `MSG_DONTWAIT`: a full socket fails with `EAGAIN` even once the description, which
-        // this half shares with the read half, is left blocking.
         match sendmsg(
             &fd,
             bufs,
             &mut SendAncillaryBuffer::default(),
-            SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            SendFlags::NOSIGNAL,
         ) {
             Err(Errno::INTR) => continue,
             other => return Ok(other?),

@@ -133,7 +133,6 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_pread64,
     libc::SYS_pwrite64,
     libc::SYS_preadv,
-    libc::SYS_preadv2,
     libc::SYS_pwritev,
     libc::SYS_close,
     libc::SYS_close_range,
@@ -269,6 +268,8 @@ fn allowlist_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfineError> {
         .map(|request| arg_eq(1, request))
         .collect::<Result<_, _>>()?,
     );
+    // `preadv2` only as the channel's reader makes it: with `RWF_NOWAIT` and no other flag.
+    rules.insert(libc::SYS_preadv2, vec![arg_eq(5, libc::RWF_NOWAIT as u64)?]);
     // Lowering its own limits is harmless; `prlimit` on another process is not on the list.
     rules.insert(libc::SYS_prlimit64, vec![arg_eq(0, 0)?]);
     Ok(rules)

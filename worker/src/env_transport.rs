@@ -17,7 +17,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
             .await
             .map_err(ServeError::Transport)?;
         let token = airlock_transport_socket::token_from_env();
-        let transport = waits_blocking(&worker, transport)?;
+        let transport = waits_blocking(&worker, transport, |t| t.with_blocking_wait())?;
         confine_if_requested()?;
         return worker.serve_with_token(transport, token).await;
     }
@@ -26,7 +26,7 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
         let config = airlock_transport_pipe::StreamConfig::default();
         let transport =
             airlock_transport_pipe::take_worker_stdio(config).map_err(ServeError::Transport)?;
-        let transport = waits_blocking(&worker, transport)?;
+        let transport = waits_blocking(&worker, transport, |t| t.with_blocking_read())?;
         confine_if_requested()?;
         worker.serve_with_token(transport, None).await
     }
@@ -40,21 +40,19 @@ pub(crate) async fn serve_from_env(worker: Worker) -> Result<(), ServeError> {
 }
 
 /// The transport of a worker that waits for the host in the OS while idle
-/// ([`Worker::idle_wait_in_os`] under [`Worker::serve_blocking`]), made able to
-/// (`FrameReceiver::wait_blocking`: one blocking `read` where the channel allows,
-/// `StreamTransport::with_blocking_read`); any other worker's, unchanged.
+/// ([`Worker::idle_wait_in_os`] under [`Worker::serve_blocking`]), made able to by `able`
+/// (`FrameReceiver::wait_blocking`); any other worker's, unchanged. Over a pipe the wait is one
+/// blocking `read` where the kernel allows (`with_blocking_read`); over a Unix socket it polls
+/// first (`with_blocking_wait`), because there a blocking `read` measured slower than `ppoll`
+/// and `read` (BENCHMARKS.md).
 #[cfg(any(feature = "pipe", feature = "socket"))]
-fn waits_blocking<R, W>(
+fn waits_blocking<T>(
     worker: &Worker,
-    transport: airlock_transport_pipe::StreamTransport<R, W>,
-) -> Result<airlock_transport_pipe::StreamTransport<R, W>, ServeError>
-where
-    R: airlock_transport_pipe::BlockingDescription,
-{
+    transport: T,
+    able: impl FnOnce(T) -> std::io::Result<T>,
+) -> Result<T, ServeError> {
     if worker.waits_in_os() {
-        transport
-            .with_blocking_read()
-            .map_err(ServeError::Transport)
+        able(transport).map_err(ServeError::Transport)
     } else {
         Ok(transport)
     }

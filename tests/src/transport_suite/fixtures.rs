@@ -39,9 +39,8 @@ impl Fixture for PipeFixture {
     }
 }
 
-/// The socket transport, inherited mode: the host's end of a socket pair, its description left
-/// blocking as a worker that waits in the OS leaves its own (`with_blocking_read`); the peer
-/// is the end a worker would adopt.
+/// The socket transport, inherited mode: the host's end of a socket pair; the peer is the end
+/// a worker would adopt.
 #[derive(Clone, Copy, Debug)]
 pub struct InheritedFixture;
 
@@ -50,7 +49,6 @@ impl Fixture for InheritedFixture {
 
     async fn connect(&self, config: StreamConfig) -> Connected<SocketTransport> {
         let (transport, child_end) = inherited_pair(config).expect("socket pair");
-        let transport = transport.with_blocking_read().expect("blocking read");
         let peer = std::os::unix::net::UnixStream::from(child_end);
         peer.set_nonblocking(true).expect("nonblocking");
         let (read, write) = UnixStream::from_std(peer).expect("register").into_split();
@@ -63,8 +61,7 @@ impl Fixture for InheritedFixture {
 }
 
 /// The socket transport, named mode: the host's accepted connection, after a real listener
-/// screened the peer's credentials and `Hello`, its description left blocking as for
-/// [`InheritedFixture`].
+/// screened the peer's credentials and `Hello`.
 #[derive(Clone, Copy, Debug)]
 pub struct NamedFixture;
 
@@ -89,10 +86,7 @@ impl Fixture for NamedFixture {
         assert!(!name.exists(), "the name outlived the accept");
         let (read, write) = client.into_split();
         Connected {
-            transport: accepted
-                .transport
-                .with_blocking_read()
-                .expect("blocking read"),
+            transport: accepted.transport,
             peer_read: Box::new(read),
             peer_write: Box::new(write),
         }

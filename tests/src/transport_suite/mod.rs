@@ -304,11 +304,10 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
     drop(send);
 }
 
-/// A read never blocks, though every fixture's channel is left blocking as a worker that waits
-/// for its host in the OS leaves it (`StreamTransport::with_blocking_read`): after a read that
-/// filled the receiver's room exactly, the reader keeps the channel's readiness (more may have
-/// come), and its next read meets an empty channel. A read that blocked would end only once a
-/// rescue wrote, long after the case's bound.
+/// A read never blocks the thread, also where the channel's description is left blocking for a
+/// worker's wait in the OS (the pipe fixture's, `StreamTransport::with_blocking_read`): after a
+/// read that filled the receiver's room exactly, the reader keeps the channel's readiness (more
+/// may have come), and its next read meets an empty channel.
 pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
     let mut connected = fixture.connect(StreamConfig::default()).await;
     let (_send, mut recv) = connected.transport.split();
@@ -342,9 +341,9 @@ pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture:
     drop(connected.peer_write);
 }
 
-/// A write never blocks either, on a channel left blocking as above: a frame larger than the
-/// channel holds, to a peer that reads nothing, is written as far as the channel takes it and
-/// then waits for room without blocking the thread (the send deadline keeps it).
+/// A write never blocks the thread either: a frame larger than the channel holds, to a peer
+/// that reads nothing, is written as far as the channel takes it, then waits for room as a
+/// pending future (the send deadline keeps it).
 pub async fn a_write_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
     let connected = fixture.connect(StreamConfig::default()).await;
     let (mut send, _recv) = connected.transport.split();
