@@ -6,7 +6,9 @@
 //! [`TransportError::SendTimeout`](airlock_protocol::TransportError::SendTimeout) instead of
 //! blocking; bodies are written from the caller's buffers (vectored writes) and read into the
 //! frame buffer once. On the worker side, [`take_worker_stdio`] moves the channel off fds 0
-//! and 1 so handler output cannot reach it.
+//! and 1 so handler output cannot reach it, and its reader ([`PipeReader`]) lets an idle worker
+//! wait for the host in one blocking `read` where the kernel allows
+//! ([`StreamTransport::with_blocking_read`]).
 //!
 //! ```
 //! use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};

@@ -91,9 +91,9 @@ impl Worker {
     }
 
     /// Lets a worker served by [`serve_blocking`](Self::serve_blocking) wait for the host's
-    /// next frame in the OS while it is idle (one blocking `read`; over a pipe on a kernel that
-    /// refuses `RWF_NOWAIT` on it, one `ppoll` and one `read`) instead of through a turn of its
-    /// runtime: a turn of the runtime and a poll fewer per call (BENCHMARKS.md measures it).
+    /// next frame in the OS while it is idle (over a pipe where the kernel honours `RWF_NOWAIT`
+    /// on it, one blocking `read`; else one `ppoll` and one `read`) instead of through a turn
+    /// of its runtime (BENCHMARKS.md measures what it saves).
     /// Off by default; without `serve_blocking` it does nothing.
     ///
     /// The loop waits so only while nothing else of the worker's is under way on the runtime:
