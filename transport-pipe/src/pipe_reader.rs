@@ -29,8 +29,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::{BlockingDescription, ReadWindow};
 
-/// How many bytes the read that asks the pipe whether it takes `RWF_NOWAIT` may take from it.
-const PROBE_BYTES: usize = 256;
+/// How many bytes the read that asks the pipe whether it takes `RWF_NOWAIT` may take from it:
+/// `PIPE_BUF`, so that a pipe in packet mode (`O_DIRECT`), where a read shorter than a packet
+/// drops the rest of it, loses nothing.
+const PROBE_BYTES: usize = 4096;
 
 /// `preadv2`'s offset that means "the current position", the only one a pipe has.
 const CURRENT_POSITION: u64 = u64::MAX;
@@ -94,8 +96,8 @@ impl BlockingDescription for PipeReader {
 }
 
 /// Whether this kernel honours `RWF_NOWAIT` on a pipe's reads: its release is Linux 6.4 or
-/// later (6.4-rc1 excepted: it took the flag on pipes without honouring it, as gVisor does,
-/// which reports release 4.4), and a fresh, empty, non-blocking pipe of its own
+/// later (its release candidates excepted: 6.4-rc1 took the flag on pipes without honouring
+/// it, as gVisor does, which reports release 4.4), and a fresh, empty, non-blocking pipe of its own
 /// takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description blocking
 /// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can
 /// be made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
@@ -116,15 +118,17 @@ pub fn kernel_honours_nowait_on_pipes() -> io::Result<bool> {
 /// kernel that takes the flag need not honour it, and a probe cannot tell the two apart on an
 /// empty pipe without risking the very wait it is about: Linux 6.4-rc1 set the flag's mark on
 /// pipes (`afed6271f5b0`) a release candidate before their reads honoured it (`c04fe8e32f90`),
-/// and gVisor, which reports release 4.4, takes the flag and ignores it. Older releases, and
-/// a release this cannot read, count as "no": the wait then polls first.
+/// and gVisor, which reports release 4.4, takes the flag and ignores it. Older releases, 6.4's
+/// release candidates, and a release this cannot read count as "no": the wait then polls
+/// first.
 fn release_honours_nowait_on_pipes() -> bool {
     let uname = rustix::system::uname();
     let release = uname.release().to_string_lossy();
     release_at_least_6_4(&release)
 }
 
-/// Whether kernel release string `release` (`6.18.44-…`) is 6.4 or later, 6.4-rc1 excepted.
+/// Whether kernel release string `release` (`6.18.44-…`) is 6.4 or later, 6.4's release
+/// candidates excepted.
 fn release_at_least_6_4(release: &str) -> bool {
     let mut numbers = release
         .split(|c: char| !c.is_ascii_digit())
@@ -132,7 +136,9 @@ fn release_at_least_6_4(release: &str) -> bool {
     let (Some(Some(major)), Some(Some(minor))) = (numbers.next(), numbers.next()) else {
         return false;
     };
-    (major, minor) > (6, 4) || ((major, minor) == (6, 4) && !release.contains("-rc1"))
+    // Release candidates of 6.4 count as older whatever their number: vendors spell them
+    // `6.4.0-rc1`, `6.4.0-060400rc1-generic` or `6.4.0-0.rc1.fc39`.
+    (major, minor) > (6, 4) || ((major, minor) == (6, 4) && !release.contains("rc"))
 }
 
 /// Whether a read with `RWF_NOWAIT` failed with `err` because the flag (or `preadv2`) is refused.
@@ -195,11 +201,16 @@ mod tests {
     use super::release_at_least_6_4;
 
     #[test]
-    fn releases_from_6_4_honour_the_flag_but_6_4_rc1() {
+    fn releases_from_6_4_honour_the_flag_but_its_release_candidates() {
         for (release, honours) in [
             ("6.18.44-fc-v1147", true),
             ("6.4.0", true),
-            ("6.4.0-rc2", true),
+            ("6.4.0-rc2", false),
+            ("6.4.0-060400rc1-generic", false),
+            ("6.4.0-0.rc1.20230508git.fc39.x86_64", false),
+            ("6.4.15-200.fc38.x86_64", true),
+            ("6.40.1", true),
+            ("10.0.0", true),
             ("6.5.0-21-generic", true),
             ("7.0.1", true),
             ("6.4.0-rc1", false),

@@ -20,8 +20,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{Interest, ReadBuf};
 
-/// Smallest window into fresh room: 4 KiB, zeroed in well under the cost of a system call.
-const MIN_WINDOW: usize = 4096;
+/// Smallest window: 4 KiB, zeroed in well under the cost of a system call.
+const MIN_WINDOW: usize = ReadWindow::FIRST;
 /// Largest window: 1 MiB, several pipe or socket buffers' worth.
 const MAX_WINDOW: usize = 1 << 20;
 
@@ -33,6 +33,9 @@ pub struct ReadWindow {
 }
 
 impl ReadWindow {
+    /// The window of a fresh reader's first read, in bytes: also the smallest it shrinks to.
+    pub const FIRST: usize = 4096;
+
     /// Registers `fd` with the current runtime's event loop for readability only. `fd` must be
     /// non-blocking, or be read only in ways that never wait. Must be called inside a tokio
     /// runtime with I/O enabled.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_protocol::{FrameError, TransportError, DEFAULT_MAX_FRAME};
-use airlock_transport_pipe::{StreamConfig, StreamTransport, READ_CHUNK};
+use airlock_transport_pipe::{ReadWindow, StreamConfig, StreamTransport};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -311,7 +311,8 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
 pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
     let mut connected = fixture.connect(StreamConfig::default()).await;
     let (_send, mut recv) = connected.transport.split();
-    let frame = raw_frame(pattern(READ_CHUNK - 4));
+    // Exactly a fresh reader's first window (the pipe's and the socket's readers share it).
+    let frame = raw_frame(pattern(ReadWindow::FIRST - 4));
     let mut bytes = frame.head.to_vec();
     bytes.extend_from_slice(&frame.body);
     connected.peer_write.write_all(&bytes).await.expect("write");
