@@ -7,10 +7,10 @@
 //! not (`ppoll`, then `read`). The runtime's own reads of the same description must never
 //! block, or its thread would stop in a read while a handler's answer waits to be written. So
 //! the reader ([`BlockingDescription`]) leaves the description blocking only where the kernel
-//! takes `preadv2` with `RWF_NOWAIT` on a pipe: a read that fails with `EAGAIN` on an empty
-//! pipe whatever the description's mode. It then makes every read of the runtime's that way.
-//! Where the kernel refuses the flag (`EOPNOTSUPP`), the description stays non-blocking and the
-//! wait polls first, as any other stream's does.
+//! honours `preadv2` with `RWF_NOWAIT` on a pipe (a read that fails with `EAGAIN` on an empty
+//! pipe whatever the description's mode): its release is 6.4 or later and the pipe takes the
+//! flag. It then makes every read of the runtime's that way. Elsewhere the description stays
+//! non-blocking and the wait polls first, as any other stream's does.
 //!
 //! Reads go into an adaptive window of the caller's buffer ([`ReadWindow`]).
 //!
@@ -97,8 +97,8 @@ impl BlockingDescription for PipeReader {
 
 /// Whether this kernel honours `RWF_NOWAIT` on a pipe's reads: its release is Linux 6.4 or
 /// later (its release candidates excepted: 6.4-rc1 took the flag on pipes without honouring
-/// it, as gVisor does, which reports release 4.4), and a fresh, empty, non-blocking pipe of its own
-/// takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description blocking
+/// it, as gVisor does, which reports release 4.4), and a fresh, empty, non-blocking pipe of
+/// its own takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description blocking
 /// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can
 /// be made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
 pub fn kernel_honours_nowait_on_pipes() -> io::Result<bool> {
