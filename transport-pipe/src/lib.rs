@@ -40,8 +40,7 @@ mod worker_stdio;
 pub use pipe_reader::{kernel_honours_nowait_on_pipes, PipeReader};
 pub use read_window::ReadWindow;
 pub use stream::{
-    BlockingDescription, StreamConfig, StreamReceiver, StreamSender, StreamTransport,
-    DEFAULT_SEND_TIMEOUT, READ_CHUNK,
+    StreamConfig, StreamReceiver, StreamSender, StreamTransport, DEFAULT_SEND_TIMEOUT, READ_CHUNK,
 };
 pub use worker_stdio::{take_worker_stdio, WorkerPipe};
 

@@ -6,17 +6,16 @@
 //! needs one system call for that wait if the description is blocking (`read`), two if it is
 //! not (`ppoll`, then `read`). The runtime's own reads of the same description must never
 //! block, or its thread would stop in a read while a handler's answer waits to be written. So
-//! the reader ([`BlockingDescription`]) leaves the description blocking only where the kernel
-//! honours `preadv2` with `RWF_NOWAIT` on a pipe (a read that fails with `EAGAIN` on an empty
-//! pipe whatever the description's mode): its release is 6.4 or later and the pipe takes the
-//! flag. It then makes every read of the runtime's that way. Elsewhere the description stays
-//! non-blocking and the wait polls first, as any other stream's does.
+//! the reader ([`PipeReader::make_description_blocking`]) leaves the description blocking only
+//! where the kernel honours `preadv2` with `RWF_NOWAIT` on a pipe (a read that fails with
+//! `EAGAIN` on an empty pipe whatever the description's mode): its release is 6.4 or later and
+//! the pipe takes the flag. It then makes every read of the runtime's that way. Elsewhere the
+//! description stays non-blocking and the wait polls first, as any other stream's does.
 //!
 //! Reads go into an adaptive window of the caller's buffer ([`ReadWindow`]).
 //!
 //! [`FrameReceiver::wait_blocking`]: airlock_protocol::transport::FrameReceiver::wait_blocking
 //! [`ReadWindow`]: crate::ReadWindow
-//! [`BlockingDescription`]: crate::BlockingDescription
 
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -27,7 +26,7 @@ use rustix::fs::{fstat, FileType};
 use rustix::io::{ioctl_fionbio, preadv2, Errno, ReadWriteFlags};
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::{BlockingDescription, ReadWindow};
+use crate::ReadWindow;
 
 /// How many bytes the read that asks the pipe whether it takes `RWF_NOWAIT` may take from it:
 /// `PIPE_BUF`, so that a pipe in packet mode (`O_DIRECT`), where a read shorter than a packet
@@ -63,9 +62,7 @@ impl PipeReader {
             nowait: false,
         })
     }
-}
 
-impl BlockingDescription for PipeReader {
     /// Leaves the pipe's open file description blocking, so that a wait on it in the OS can be
     /// one `read`, if this kernel honours `RWF_NOWAIT` on the pipe's reads; returns whether it
     /// did. Every later read of this reader's then passes `RWF_NOWAIT`. Whether the kernel
@@ -73,7 +70,7 @@ impl BlockingDescription for PipeReader {
     /// read of this pipe with the flag, made while the description is still non-blocking:
     /// what that read takes is appended to `taken`. Errors only if that read fails for another
     /// reason than the flag, or the mode cannot be set.
-    fn make_description_blocking(&mut self, taken: &mut Vec<u8>) -> io::Result<bool> {
+    pub fn make_description_blocking(&mut self, taken: &mut Vec<u8>) -> io::Result<bool> {
         if self.nowait {
             return Ok(true);
         }
@@ -98,9 +95,10 @@ impl BlockingDescription for PipeReader {
 /// Whether this kernel honours `RWF_NOWAIT` on a pipe's reads: its release is Linux 6.4 or
 /// later (its release candidates excepted: 6.4-rc1 took the flag on pipes without honouring
 /// it, as gVisor does, which reports release 4.4), and a fresh, empty, non-blocking pipe of
-/// its own takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description blocking
-/// ([`BlockingDescription`]) and a worker's idle wait is one `read`. Errors only if no pipe can
-/// be made or the read fails otherwise (a seccomp filter that denies `preadv2` reads as "no").
+/// its own takes the flag. Where it does, a [`PipeReader`] leaves its pipe's description
+/// blocking ([`PipeReader::make_description_blocking`]) and a worker's idle wait is one
+/// `read`. Errors only if no pipe can be made or the read fails otherwise (a seccomp filter
+/// that denies `preadv2` reads as "no").
 pub fn kernel_honours_nowait_on_pipes() -> io::Result<bool> {
     if !release_honours_nowait_on_pipes() {
         return Ok(false);

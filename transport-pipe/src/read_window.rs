@@ -5,11 +5,10 @@
 //! Safe code cannot read into uninitialised memory, so the window is zeroed first. To keep that
 //! within about twice the bytes read, the window starts at 4 KiB, doubles while reads fill it
 //! and shrinks to what a short read returned. (Reading the whole of a receiver's 64 KiB
-//! scratch buffer, which is initialised already, measured no faster over a pipe and about
-//! 0.1 µs slower a round trip over a Unix socket, where the kernel's read costs more the larger
-//! the buffer.) A short read means the descriptor is drained, so the reader goes straight back
-//! to the event loop instead of paying for a read that fails with `EAGAIN`: tokio's own
-//! inference for its pipes and sockets.
+//! scratch buffer at once, which needs no zeroing, measured no faster over a pipe.) A short
+//! read means the descriptor is drained, so the reader goes straight back to the event loop
+//! instead of paying for a read that fails with `EAGAIN`: tokio's own inference for its pipes
+//! and sockets.
 //!
 //! [`PipeReader`]: crate::PipeReader
 

@@ -20,6 +20,8 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::io::Errno;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::PipeReader;
+
 /// Default for [`StreamConfig::send_timeout`]: the protocol's one send deadline (5 seconds).
 pub use airlock_protocol::DEFAULT_SEND_TIMEOUT;
 
@@ -53,8 +55,9 @@ pub struct StreamTransport<R, W> {
     config: StreamConfig,
     wait_fd: Option<OwnedFd>,
     wait_reads_block: bool,
-    /// Bytes the reader took while setting up the wait ([`BlockingDescription`]), handed to
-    /// the receiver's decoder before anything read after them.
+    /// Bytes the reader took while setting up the wait
+    /// ([`PipeReader::make_description_blocking`]), handed to the receiver's decoder before
+    /// anything read after them.
     early: Vec<u8>,
 }
 
@@ -86,24 +89,12 @@ impl<R: AsFd, W> StreamTransport<R, W> {
     }
 }
 
-/// A reader whose own reads never wait, whatever its descriptor's blocking mode: so that mode
-/// may be left blocking, and a receiver's wait in the OS on that descriptor be one `read`
-/// ([`StreamTransport::with_blocking_read`]). The worker's pipe reader is, where the kernel
-/// allows ([`PipeReader`](crate::PipeReader)). (A Unix socket's reads could be made so with
-/// `MSG_DONTWAIT`, but a blocking `read` on a socket measured slower than `ppoll` and `read`.)
-pub trait BlockingDescription: AsFd {
-    /// Leaves the descriptor's open file description blocking if this reader's reads (and
-    /// those of any other half sharing the description) stay non-blocking on it; returns
-    /// whether it did. Bytes it reads to find out are appended to `taken`, which the caller
-    /// must treat as read before anything this reader reads later.
-    fn make_description_blocking(&mut self, taken: &mut Vec<u8>) -> std::io::Result<bool>;
-}
-
-impl<R: BlockingDescription, W> StreamTransport<R, W> {
+impl<W> StreamTransport<PipeReader, W> {
     /// As [`with_blocking_wait`](Self::with_blocking_wait), and the wait is one blocking `read`
-    /// instead of `ppoll` and `read` where the reader can leave its description blocking
-    /// ([`BlockingDescription`]); elsewhere it polls first, as any stream's wait does. Fails
-    /// only if the descriptor cannot be duplicated or its mode set.
+    /// instead of `ppoll` and `read` where the kernel honours `RWF_NOWAIT` on the pipe
+    /// ([`PipeReader::make_description_blocking`]); elsewhere it polls first, as any stream's
+    /// wait does. (Only a pipe: a blocking `read` of a Unix socket measured slower than `ppoll`
+    /// and `read`.) Fails only if the descriptor cannot be duplicated or its mode set.
     pub fn with_blocking_read(mut self) -> std::io::Result<Self> {
         self.wait_reads_block = self.reader.make_description_blocking(&mut self.early)?;
         self.with_blocking_wait()

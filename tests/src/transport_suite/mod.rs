@@ -308,7 +308,7 @@ pub async fn close_ends_the_peer_stream<F: Fixture>(fixture: &F) {
 /// worker's wait in the OS (the pipe fixture's, `StreamTransport::with_blocking_read`): after a
 /// read that filled the receiver's room exactly, the reader keeps the channel's readiness (more
 /// may have come), and its next read meets an empty channel.
-pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
+pub async fn a_read_of_an_empty_channel_never_blocks_the_thread<F: Fixture>(fixture: &F) {
     let mut connected = fixture.connect(StreamConfig::default()).await;
     let (_send, mut recv) = connected.transport.split();
     // Exactly a fresh reader's first window (the pipe's and the socket's readers share it).
@@ -327,51 +327,50 @@ pub async fn a_read_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture:
             other.map(|r| r.map(|_| ()))
         ),
     }
-    // The next read, off the runtime's thread: a read that blocked would never answer.
+    let pending = off_the_thread("a read of an empty channel", move |cx| {
+        recv.poll_recv(cx).is_pending()
+    });
+    assert!(pending, "a read of an empty channel gave something");
+    drop(connected.peer_write);
+}
+
+/// Polls once with `poll` on a thread of its own, inside the current runtime (a send deadline
+/// is one of its timers), and returns its answer: a poll that blocked the thread would never
+/// answer, and fails the case after 5 s instead of hanging it.
+fn off_the_thread<T: Send + 'static>(
+    what: &str,
+    poll: impl FnOnce(&mut std::task::Context<'_>) -> T + Send + 'static,
+) -> T {
+    let runtime = tokio::runtime::Handle::current();
     let (answer, answered) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let _inside = runtime.enter();
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        let pending = recv.poll_recv(&mut cx).is_pending();
-        let _ = answer.send(pending);
-        recv
+        let _ = answer.send(poll(&mut cx));
     });
-    match answered.recv_timeout(Duration::from_secs(5)) {
-        Ok(pending) => assert!(pending, "a read of an empty channel gave something"),
-        Err(_) => panic!("a read of an empty channel blocked"),
-    }
-    drop(connected.peer_write);
+    answered
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|_| panic!("{what} blocked its thread"))
 }
 
 /// A write never blocks the thread either: a frame larger than the channel holds, to a peer
 /// that reads nothing, is written as far as the channel takes it, then waits for room as a
 /// pending future (the send deadline keeps it).
-pub async fn a_write_never_blocks_on_a_channel_left_blocking<F: Fixture>(fixture: &F) {
+pub async fn a_write_to_a_full_channel_never_blocks_the_thread<F: Fixture>(fixture: &F) {
     let connected = fixture.connect(StreamConfig::default()).await;
     let (mut send, _recv) = connected.transport.split();
     let body_len = 8 << 20;
     let batch = vec![raw_frame(pattern(body_len))];
-    let runtime = tokio::runtime::Handle::current();
-    let (answer, answered) = std::sync::mpsc::channel();
-    // Off the runtime's thread, inside the runtime (the send deadline is one of its timers):
-    // a write that blocked would never answer.
-    std::thread::spawn(move || {
-        let _inside = runtime.enter();
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let (pending, written) = off_the_thread("a write to a full channel", move |cx| {
         let mut progress = airlock_protocol::transport::SendProgress::default();
-        let pending = send.poll_send(&mut cx, &batch, &mut progress).is_pending();
-        let _ = answer.send((pending, progress.written));
-        send
+        let pending = send.poll_send(cx, &batch, &mut progress).is_pending();
+        (pending, progress.written)
     });
-    match answered.recv_timeout(Duration::from_secs(5)) {
-        Ok((pending, written)) => {
-            assert!(pending, "a frame larger than the channel was written whole");
-            assert!(
-                written < body_len,
-                "{written} bytes written to a peer reading none"
-            );
-        }
-        Err(_) => panic!("a write to a full channel blocked"),
-    }
+    assert!(pending, "a frame larger than the channel was written whole");
+    assert!(
+        written < body_len,
+        "{written} bytes written to a peer reading none"
+    );
     drop(connected.peer_read);
 }
 
@@ -531,14 +530,14 @@ macro_rules! transport_suite {
         }
 
         #[tokio::test]
-        async fn a_read_never_blocks_on_a_channel_left_blocking() {
-            $crate::transport_suite::a_read_never_blocks_on_a_channel_left_blocking(&$fixture)
+        async fn a_read_of_an_empty_channel_never_blocks_the_thread() {
+            $crate::transport_suite::a_read_of_an_empty_channel_never_blocks_the_thread(&$fixture)
                 .await;
         }
 
         #[tokio::test]
-        async fn a_write_never_blocks_on_a_channel_left_blocking() {
-            $crate::transport_suite::a_write_never_blocks_on_a_channel_left_blocking(&$fixture)
+        async fn a_write_to_a_full_channel_never_blocks_the_thread() {
+            $crate::transport_suite::a_write_to_a_full_channel_never_blocks_the_thread(&$fixture)
                 .await;
         }
 
