@@ -74,8 +74,8 @@
 //!   against 9.96 µs; the bundled worker does; its docs say when a worker must not).
 //! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs.
 //! - A confined spawn forks the host, so it grows with the host's memory: start a [`Pool`]
-//!   early in a large host. Those forks run one at a time (a fork holds its parent's memory
-//!   map), so a `Pool`'s concurrent spawns save time only while the host is small.
+//!   early in a large host. A `Pool` spawns its workers concurrently: four take about three
+//!   quarters of the time of four in a row, in a host of a few MiB as in one of 200 MiB.
 //!
 //! # Observability
 //!
