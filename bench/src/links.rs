@@ -34,7 +34,8 @@ pub enum Raw {
     Socket,
 }
 
-fn peer(role: &str) -> Command {
+/// This binary started as the peer in `role` (`peer.rs`).
+pub fn peer(role: &str) -> Command {
     let mut command =
         Command::new(std::env::current_exe().unwrap_or_else(|_| "airlock-bench".into()));
     command

@@ -29,6 +29,7 @@ mod alloc_count;
 mod fill_worker;
 mod held_memory;
 mod links;
+mod multiplexed;
 mod peak_rss;
 mod peer;
 mod phases;

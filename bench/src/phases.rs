@@ -16,6 +16,7 @@ use tokio::runtime::Runtime;
 
 use crate::alloc_count;
 use crate::links::{self, Error, IpcLink, Raw, RawLink, TokioLink};
+use crate::multiplexed::MultiplexedLink;
 use crate::proc_stats::{cpu_nanos, minor_faults};
 use crate::session_link::{SessionLink, Worker as SessionWorker};
 use crate::table::{Row, Unit};
@@ -424,6 +425,8 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         let in_line = &in_line;
         let mut raw = RawLink::echo(Raw::Pipe)?;
         let mut session = SessionLink::on_tokio(in_line, SessionWorker::Bundled(worker))?;
+        let mut tasks = MultiplexedLink::echo(rt)?;
+        let mut tasks_in_line = MultiplexedLink::echo(in_line)?;
         let mut row = Row::new(
             format!("pipelined, {window} in flight, one worker, 2-thread host"),
             Unit::KiloPerSec,
@@ -432,6 +435,8 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 "raw pipelined echo, one write per message",
                 "host session in line, one task on a current-thread runtime, bundled worker (unconfined)",
                 "Host::call Echo 64 B on a current-thread host",
+                "tokio alone: one task per call in flight, a shared writer and a reader task, raw echo peer, 2-thread runtime",
+                "the same on a current-thread runtime",
             ],
         );
         let current_host = current_host.clone();
@@ -448,6 +453,13 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 Ok(kilo_per_sec(
                     n,
                     links::pipelined(in_line, &current_host, n, window)?,
+                ))
+            }),
+            Box::new(move || Ok(kilo_per_sec(n, tasks.pipelined(rt, n, window)?))),
+            Box::new(move || {
+                Ok(kilo_per_sec(
+                    n,
+                    tasks_in_line.pipelined(in_line, n, window)?,
                 ))
             }),
         ];

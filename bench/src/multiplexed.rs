@@ -1,0 +1,147 @@
+//! The raw echo peer called by many tasks at once, each awaiting its own answer: a shared
+//! writer, one reader task that hands each answer to the task waiting for it, and nothing else
+//! (no session, check, deadline, statistics or call table beyond one slot per task). What any
+//! multiplexed client on tokio does at least, so the floor under pipelined `Host::call`s on
+//! the same runtime: the pipelined rows measure it beside them.
+
+use std::io::ErrorKind;
+use std::os::fd::OwnedFd;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe::{Receiver, Sender};
+use tokio::runtime::Runtime;
+use tokio::sync::oneshot;
+
+use crate::links::{peer, Error};
+use crate::peer::SMALL;
+
+/// The echo peer on two pipes registered with one runtime's reactor.
+pub struct MultiplexedLink {
+    shared: Arc<Shared>,
+    /// Lent to the reader task for each burst.
+    from: Option<Receiver>,
+    child: Child,
+}
+
+/// What the calling tasks and the reader task share.
+struct Shared {
+    to: Mutex<Sender>,
+    /// One slot per calling task: the answer its message waits for.
+    waiting: Mutex<Vec<Option<oneshot::Sender<()>>>>,
+}
+
+impl MultiplexedLink {
+    /// Starts the raw echo peer (one read and one write per 64-byte message), its pipes
+    /// registered with `rt`'s reactor.
+    pub fn echo(rt: &Runtime) -> Result<Self, Error> {
+        let mut child = peer("echo-pipe")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let to = OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
+        let from = OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
+        let _reactor = rt.enter();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                to: Mutex::new(Sender::from_owned_fd(to)?),
+                waiting: Mutex::new(Vec::new()),
+            }),
+            from: Some(Receiver::from_owned_fd(from)?),
+            child,
+        })
+    }
+
+    /// `n` 64-byte messages from `window` tasks of `rt` (at most 65,536), each writing its
+    /// message itself and awaiting its answer before the next.
+    pub fn pipelined(&mut self, rt: &Runtime, n: u32, window: u32) -> Result<Duration, Error> {
+        let slots = u16::try_from(window.saturating_sub(1)).map_err(|_| "window too large")?;
+        let mut from = self
+            .from
+            .take()
+            .ok_or("the reader was lost in an earlier burst")?;
+        let shared = Arc::clone(&self.shared);
+        let (elapsed, from) = rt.block_on(async move {
+            *lock(&shared.waiting) = (0..=slots).map(|_| None).collect();
+            let started = Instant::now();
+            let reader = tokio::spawn(answer_all(Arc::clone(&shared), from, n));
+            let mut tasks = tokio::task::JoinSet::new();
+            for slot in 0..=slots {
+                let share = n / window + u32::from(u32::from(slot) < n % window);
+                tasks.spawn(call_in_turn(Arc::clone(&shared), slot, share));
+            }
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+            from = reader.await??;
+            Ok::<_, Error>((started.elapsed(), from))
+        })?;
+        self.from = Some(from);
+        Ok(elapsed)
+    }
+}
+
+impl Drop for MultiplexedLink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One task's `share` of the calls: its slot's number in the message's first two bytes.
+async fn call_in_turn(shared: Arc<Shared>, slot: u16, share: u32) -> std::io::Result<()> {
+    let mut message = [0x5au8; SMALL];
+    message[..2].copy_from_slice(&slot.to_le_bytes());
+    for _ in 0..share {
+        let (answered, answer) = oneshot::channel();
+        lock(&shared.waiting)[usize::from(slot)] = Some(answered);
+        // A pipe takes a write of at most PIPE_BUF bytes whole or not at all; with at most
+        // 65,536 messages of 64 bytes in flight the pipe only fills while the peer is behind.
+        loop {
+            let written = lock(&shared.to).try_write(&message);
+            match written {
+                Ok(SMALL) => break,
+                Ok(_) => return Err(std::io::Error::other("a message was written in part")),
+                Err(err) if err.kind() == ErrorKind::WouldBlock => tokio::task::yield_now().await,
+                Err(err) => return Err(err),
+            }
+        }
+        answer
+            .await
+            .map_err(|_| std::io::Error::other("the reader dropped an answer"))?;
+    }
+    Ok(())
+}
+
+/// The reader task: takes what one read brings, then hands each whole answer to its slot's
+/// task under one lock, until `n` have come back.
+async fn answer_all(shared: Arc<Shared>, mut from: Receiver, n: u32) -> std::io::Result<Receiver> {
+    let mut buffer = vec![0u8; 1 << 16];
+    let (mut held, mut answered) = (0, 0);
+    while answered < n {
+        let read = from.read(&mut buffer[held..]).await?;
+        if read == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        held += read;
+        let whole = held - held % SMALL;
+        let mut waiting = lock(&shared.waiting);
+        for message in buffer[..whole].chunks_exact(SMALL) {
+            let slot = usize::from(u16::from_le_bytes([message[0], message[1]]));
+            if let Some(waiter) = waiting.get_mut(slot).and_then(Option::take) {
+                let _ = waiter.send(());
+            }
+            answered += 1;
+        }
+        drop(waiting);
+        buffer.copy_within(whole..held, 0);
+        held -= whole;
+    }
+    Ok(from)
+}
