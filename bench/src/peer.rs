@@ -43,7 +43,8 @@ fn stdout_file() -> std::io::Result<std::fs::File> {
     Ok(std::io::stdout().as_fd().try_clone_to_owned()?.into())
 }
 
-/// One read of a whole message, one write of it back: what a raw blocking echo costs.
+/// Each whole message written back as it is read, one write per message: what a raw blocking
+/// echo costs. (Stdin is buffered: when messages are pipelined, one read takes many of them.)
 fn echo(mut from: impl Read, mut to: impl Write) -> std::io::Result<()> {
     let mut message = [0u8; SMALL];
     loop {
