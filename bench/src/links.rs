@@ -35,7 +35,7 @@ pub enum Raw {
 }
 
 /// This binary started as the peer in `role` (`peer.rs`).
-pub fn peer(role: &str) -> Command {
+fn peer(role: &str) -> Command {
     let mut command =
         Command::new(std::env::current_exe().unwrap_or_else(|_| "airlock-bench".into()));
     command
@@ -154,22 +154,38 @@ pub struct TokioLink {
     child: Child,
 }
 
+/// The raw echo peer (each 64-byte message written back as it is read) on two pipes,
+/// registered with `rt`'s reactor: the pipe to it, the pipe from it, and the peer.
+pub fn async_echo_peer(
+    rt: &Runtime,
+) -> Result<
+    (
+        tokio::net::unix::pipe::Sender,
+        tokio::net::unix::pipe::Receiver,
+        Child,
+    ),
+    Error,
+> {
+    use std::os::fd::OwnedFd;
+    let mut child = peer("echo-pipe")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let to = OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
+    let from = OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
+    let _reactor = rt.enter();
+    Ok((
+        tokio::net::unix::pipe::Sender::from_owned_fd(to)?,
+        tokio::net::unix::pipe::Receiver::from_owned_fd(from)?,
+        child,
+    ))
+}
+
 impl TokioLink {
     /// Starts the raw echo peer on two pipes, registered with `rt`'s reactor.
     pub fn echo(rt: &Runtime) -> Result<Self, Error> {
-        use std::os::fd::OwnedFd;
-        let mut child = peer("echo-pipe")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let to = OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
-        let from = OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
-        let _reactor = rt.enter();
-        Ok(Self {
-            to: tokio::net::unix::pipe::Sender::from_owned_fd(to)?,
-            from: tokio::net::unix::pipe::Receiver::from_owned_fd(from)?,
-            child,
-        })
+        let (to, from, child) = async_echo_peer(rt)?;
+        Ok(Self { to, from, child })
     }
 
     /// `n` round trips of one 64-byte message, from `block_on`'s own future.

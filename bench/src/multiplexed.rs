@@ -6,8 +6,7 @@
 //! `Host::call`s on the same runtime.
 
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
-use crate::links::{peer, Error};
+use crate::links::{async_echo_peer, Error};
 use crate::peer::SMALL;
 
 /// The echo peer on two pipes registered with one runtime's reactor.
@@ -41,19 +40,13 @@ impl MultiplexedLink {
     /// Starts the raw echo peer (each 64-byte message written back as it is read), its pipes
     /// registered with `rt`'s reactor.
     pub fn echo(rt: &Runtime) -> Result<Self, Error> {
-        let mut child = peer("echo-pipe")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let to = OwnedFd::from(child.stdin.take().ok_or("no stdin")?);
-        let from = OwnedFd::from(child.stdout.take().ok_or("no stdout")?);
-        let _reactor = rt.enter();
+        let (to, from, child) = async_echo_peer(rt)?;
         Ok(Self {
             shared: Arc::new(Shared {
-                to: Sender::from_owned_fd(to)?,
+                to,
                 waiting: Mutex::new(None),
             }),
-            from: Some(Receiver::from_owned_fd(from)?),
+            from: Some(from),
             child,
         })
     }
