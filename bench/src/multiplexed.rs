@@ -54,7 +54,10 @@ impl MultiplexedLink {
     /// `n` 64-byte messages from `window` tasks of `rt` (at most 65,536), each writing its
     /// message itself and awaiting its answer before the next.
     pub fn pipelined(&mut self, rt: &Runtime, n: u32, window: u32) -> Result<Duration, Error> {
-        let slots = u16::try_from(window.saturating_sub(1)).map_err(|_| "window too large")?;
+        if window == 0 {
+            return Err("a window of at least one call".into());
+        }
+        let slots = u16::try_from(window - 1).map_err(|_| "window too large")?;
         let from = self
             .from
             .take()
