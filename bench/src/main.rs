@@ -232,13 +232,17 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 }
 
 /// `calls N --worker PATH [--unconfined] [--socket] [--window W] [--threads T] [--body BYTES
-/// [--blob]] [--spin MICROS] [--tokio-floor] [--session-only [--blocking] [--worker-session]]`:
+/// [--blob]] [--spin MICROS] [--tokio-floor] [--tokio-multiplexed [--work NANOS]]
+/// [--session-only [--blocking] [--worker-session]]`:
 /// N small calls on one current-thread host (with `--socket`, over an inherited socket; with
 /// `--window`, W at a time on a 2-thread host; with
 /// `--threads`, on a host of T runtime threads, 0 for current-thread; with `--body`, echoes of
 /// that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in the low-latency mode
 /// with that window). With no host at all:
 /// `--tokio-floor`, N round trips of the async floor (tokio and the raw echo peer);
+/// `--tokio-multiplexed`, N messages from W tasks (`--window`, default 256) on a runtime of
+/// `--threads` T (default 2) to the raw echo peer, each task busy for `--work` NANOS before
+/// each message (the pipelined rows' "tokio alone" baseline, with work added per call);
 /// `--session-only`, N calls made by airlock's host session driven in line by the caller
 /// (on tokio, W at a time with `--window`, or with `--blocking` one at a time on blocking
 /// pipes) against the bundled worker or, with
@@ -249,6 +253,17 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| a == "--tokio-floor") {
         let rt = links::runtime(0)?;
         let elapsed = links::TokioLink::echo(&rt)?.round_trips(&rt, n)?;
+        report_calls(n, elapsed);
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--tokio-multiplexed") {
+        let threads = number_after(args, "--threads")?.unwrap_or(2);
+        let window = number_after(args, "--window")?.unwrap_or(256);
+        let work =
+            std::time::Duration::from_nanos(number_after(args, "--work")?.unwrap_or(0).into());
+        let rt = links::runtime(threads as usize)?;
+        let elapsed =
+            multiplexed::MultiplexedLink::with_work(&rt, work)?.pipelined(&rt, n, window)?;
         report_calls(n, elapsed);
         return Ok(());
     }

@@ -4,6 +4,10 @@
 //! one slot per task. A rate that a multiplexed client on tokio reaches with this little work
 //! per call (one that also batched its writes could go faster), measured beside pipelined
 //! `Host::call`s on the same runtime.
+//!
+//! [`MultiplexedLink::with_work`] adds a fixed stretch of CPU work to each call, in its calling
+//! task: how the rate falls as a client does more per call shows the budget of work per call
+//! that a target ratio leaves on that runtime and machine.
 
 use std::io::ErrorKind;
 use std::process::Child;
@@ -24,6 +28,8 @@ pub struct MultiplexedLink {
     /// Lent to the reader task for each burst.
     from: Option<Receiver>,
     child: Child,
+    /// CPU work each calling task does before each message.
+    work: Duration,
 }
 
 /// What the calling tasks and the reader task share.
@@ -40,6 +46,12 @@ impl MultiplexedLink {
     /// Starts the raw echo peer (each 64-byte message written back as it is read), its pipes
     /// registered with `rt`'s reactor.
     pub fn echo(rt: &Runtime) -> Result<Self, Error> {
+        Self::with_work(rt, Duration::ZERO)
+    }
+
+    /// The same, each calling task busy for `work` (spinning on the clock) before each
+    /// message: a stand-in for what a client does per call beyond tokio's own work.
+    pub fn with_work(rt: &Runtime, work: Duration) -> Result<Self, Error> {
         let (to, from, child) = async_echo_peer(rt)?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -48,6 +60,7 @@ impl MultiplexedLink {
             }),
             from: Some(from),
             child,
+            work,
         })
     }
 
@@ -63,6 +76,7 @@ impl MultiplexedLink {
             .take()
             .ok_or("the reader was lost in an earlier burst")?;
         let shared = Arc::clone(&self.shared);
+        let work = self.work;
         let (elapsed, from) = rt.block_on(async move {
             *lock(&shared.waiting) = Some((0..=slots).map(|_| None).collect());
             let started = Instant::now();
@@ -70,7 +84,7 @@ impl MultiplexedLink {
             let mut tasks = tokio::task::JoinSet::new();
             for slot in 0..=slots {
                 let share = n / window + u32::from(u32::from(slot) < n % window);
-                tasks.spawn(call_in_turn(Arc::clone(&shared), slot, share));
+                tasks.spawn(call_in_turn(Arc::clone(&shared), slot, share, work));
             }
             while let Some(done) = tasks.join_next().await {
                 done??;
@@ -94,11 +108,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One task's `share` of the calls: its slot's number in the message's first two bytes.
-async fn call_in_turn(shared: Arc<Shared>, slot: u16, share: u32) -> std::io::Result<()> {
+/// One task's `share` of the calls, each after `work` of CPU work: its slot's number in the
+/// message's first two bytes.
+async fn call_in_turn(
+    shared: Arc<Shared>,
+    slot: u16,
+    share: u32,
+    work: Duration,
+) -> std::io::Result<()> {
     let mut message = [0x5au8; SMALL];
     message[..2].copy_from_slice(&slot.to_le_bytes());
     for _ in 0..share {
+        busy_for(work);
         let (waiter, answer) = oneshot::channel();
         match lock(&shared.waiting).as_mut() {
             Some(waiting) => waiting[usize::from(slot)] = Some(waiter),
@@ -117,6 +138,17 @@ async fn call_in_turn(shared: Arc<Shared>, slot: u16, share: u32) -> std::io::Re
             .map_err(|_| std::io::Error::other("the reader stopped before this answer"))?;
     }
     Ok(())
+}
+
+/// Keeps this thread busy for `work`, reading the clock until it has passed.
+fn busy_for(work: Duration) {
+    if work.is_zero() {
+        return;
+    }
+    let started = Instant::now();
+    while started.elapsed() < work {
+        std::hint::spin_loop();
+    }
 }
 
 /// The reader task: takes what one read brings, then hands each whole answer to its slot's

@@ -398,6 +398,17 @@ fn println_skip(why: &str) {
 /// The baseline series of a worker built from another revision (`--compare-worker`).
 const COMPARED: &str = "the same call to the --compare-worker binary";
 
+/// The CPU work the pipelined rows' last baseline adds to each call of "tokio alone", in its
+/// calling task: about what leaves that baseline at 0.6× the raw echo on a 2-CPU machine, so
+/// the row shows how much a client may do per call, beyond tokio's own work, at that ratio.
+const WORK_PER_CALL: std::time::Duration = std::time::Duration::from_nanos(400);
+
+/// The low-latency window of the pipelined rows' spinning host. On the 2-vCPU development VM,
+/// where a sleeping side takes tens of microseconds to wake, 256 calls in flight on a 2-thread
+/// host took 0.97–1.12 µs each with 100 µs, 1.18–1.22 µs with 50 µs and 1.09–1.30 µs with
+/// 200 µs (`airlock-bench calls 300000 --window 256 --spin MICROS`, three rounds each).
+const PIPELINED_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+
 /// Pipelined calls on one worker and on a `Pool` of two, and bulk echoes.
 fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>, Error> {
     let rt = links::runtime(2)?;
@@ -417,6 +428,8 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
     // The same calls on a current-thread host: on two CPUs, a host of one thread leaves the
     // other to the worker.
     let current_host = links::spawn_piped(&in_line, worker)?;
+    // The opt-in low-latency mode: both sides poll instead of sleeping between batches.
+    let spinning_host = links::spawn_low_latency_host(&rt, worker, PIPELINED_SPIN)?;
     let mut measured = Vec::new();
     for window in [1u32, 16, 256] {
         let n = if window == 1 { 1000 } else { 10_000 } * scale.size;
@@ -427,6 +440,15 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
         let mut session = SessionLink::on_tokio(in_line, SessionWorker::Bundled(worker))?;
         let mut tasks = MultiplexedLink::echo(rt)?;
         let mut tasks_in_line = MultiplexedLink::echo(in_line)?;
+        let mut tasks_working = MultiplexedLink::with_work(rt, WORK_PER_CALL)?;
+        let working = format!(
+            "tokio alone, 2-thread runtime, each task busy {} ns before each message",
+            WORK_PER_CALL.as_nanos()
+        );
+        let spinning = format!(
+            "Host::call Echo 64 B, HostBuilder::low_latency({} µs)",
+            PIPELINED_SPIN.as_micros()
+        );
         let mut row = Row::new(
             format!("pipelined, {window} in flight, one worker, 2-thread host"),
             Unit::KiloPerSec,
@@ -437,9 +459,12 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 "Host::call Echo 64 B on a current-thread host",
                 "tokio alone: one task per call in flight, a shared writer and a reader task, raw echo peer, 2-thread runtime",
                 "the same on a current-thread runtime",
+                &working,
+                &spinning,
             ],
         );
         let current_host = current_host.clone();
+        let spinning_host = spinning_host.clone();
         let mut bursts: Vec<Burst<'_>> = vec![
             Box::new(move || Ok(kilo_per_sec(n, links::pipelined(rt, &host, n, window)?))),
             Box::new(move || Ok(kilo_per_sec(n, raw.pipelined(n, window)?))),
@@ -460,6 +485,13 @@ fn throughput(worker: &str, old: Option<&str>, scale: Scale) -> Result<Vec<Row>,
                 Ok(kilo_per_sec(
                     n,
                     tasks_in_line.pipelined(in_line, n, window)?,
+                ))
+            }),
+            Box::new(move || Ok(kilo_per_sec(n, tasks_working.pipelined(rt, n, window)?))),
+            Box::new(move || {
+                Ok(kilo_per_sec(
+                    n,
+                    links::pipelined(rt, &spinning_host, n, window)?,
                 ))
             }),
         ];
