@@ -112,6 +112,8 @@ pub(crate) struct Settings {
     pub(crate) confinement: crate::Confinement,
     /// The low-latency spin window asked for (`HostBuilder::low_latency`).
     pub(crate) low_latency: Option<Duration>,
+    /// The worker's polling window under load (`HostBuilder::poll_under_load`).
+    pub(crate) poll_under_load: Option<Duration>,
 }
 
 impl Settings {
@@ -127,11 +129,13 @@ impl Settings {
 
     /// Refuses durations that could overflow a deadline computed from them.
     pub(crate) fn validate(&self) -> Result<(), airlock_protocol::ConfigError> {
-        if let Some(window) = self
-            .low_latency
-            .filter(|w| *w > airlock_protocol::spin::MAX_SPIN)
-        {
+        let too_long =
+            |window: Option<Duration>| window.filter(|w| *w > airlock_protocol::spin::MAX_SPIN);
+        if let Some(window) = too_long(self.low_latency) {
             return Err(airlock_protocol::ConfigError::SpinTooLong(window));
+        }
+        if let Some(window) = too_long(self.poll_under_load) {
+            return Err(airlock_protocol::ConfigError::LoadPollTooLong(window));
         }
         let restart = &self.restart;
         for timeout in [
@@ -168,6 +172,7 @@ impl Settings {
             label,
             confinement: crate::Confinement::strict(),
             low_latency: None,
+            poll_under_load: Some(airlock_protocol::spin::DEFAULT_LOAD_POLL),
         }
     }
 }

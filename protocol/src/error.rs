@@ -244,6 +244,10 @@ pub enum ConfigError {
     /// (`HostBuilder::low_latency`).
     #[error("spin window of {0:?} exceeds the maximum of {max:?} (HostBuilder::low_latency)", max = crate::spin::MAX_SPIN)]
     SpinTooLong(core::time::Duration),
+    /// A polling window under load over [`MAX_SPIN`](crate::spin::MAX_SPIN)
+    /// (`HostBuilder::poll_under_load`).
+    #[error("polling window under load of {0:?} exceeds the maximum of {max:?} (HostBuilder::poll_under_load)", max = crate::spin::MAX_SPIN)]
+    LoadPollTooLong(core::time::Duration),
 }
 
 /// A transport failed. The session treats it as the end of the connection.

@@ -18,6 +18,16 @@
 //!
 //! The host asks for it with `HostBuilder::low_latency`; a worker learns the window from its
 //! environment ([`SPIN_ENV`]), in whole microseconds. A worker that ignores it is still correct.
+//!
+//! **Polling under load** is the same mechanism on the worker's side only, on by default, for
+//! pipelined calls: a worker that found frames that had come together (calls pipelined by the
+//! host) polls for the next ones for a short window ([`LOAD_POLL_ENV`], default
+//! [`DEFAULT_LOAD_POLL`]) before it sleeps. A single frame never opens that window, so calls
+//! made one at a time cost what they cost without it. Under pipelined load the worker then
+//! takes in the host's next batch without a wake-up; on a machine where waking a sleeping
+//! process takes tens of microseconds (a VM), that wake-up, not CPU, is what limits the rate,
+//! and polling costs less CPU than the wake-ups it saves (`BENCHMARKS.md`). The same rules
+//! apply: off when the worker may run on one CPU only, and off while it measures not to pay.
 
 use core::time::Duration;
 use std::time::Instant;
@@ -36,10 +46,33 @@ pub fn effective_window(asked: Option<Duration>) -> Option<Duration> {
     (cpus > 1).then_some(window)
 }
 
+/// The environment variable that carries the worker's polling window under load, in
+/// microseconds (see the module's docs). Absent or 0: the worker does not poll under load.
+pub const LOAD_POLL_ENV: &str = "AIRLOCK_LOAD_POLL_MICROS";
+
+/// The polling window under load a host gives its workers unless told otherwise
+/// (`HostBuilder::poll_under_load`): 50 µs, what `BENCHMARKS.md` measured on the 2-vCPU
+/// development VM, where a wake-up takes tens of microseconds.
+pub const DEFAULT_LOAD_POLL: Duration = Duration::from_micros(50);
+
 /// The window a worker was given in its environment, if any (an unparsable value is none).
 pub fn window_from_env() -> Option<Duration> {
-    let micros: u64 = std::env::var(SPIN_ENV).ok()?.trim().parse().ok()?;
-    effective_window(Some(Duration::from_micros(micros)))
+    micros_from_env(SPIN_ENV)
+}
+
+/// The polling window under load a worker was given in its environment, if any (an
+/// unparsable value is none).
+pub fn load_poll_from_env() -> Option<Duration> {
+    micros_from_env(LOAD_POLL_ENV)
+}
+
+fn micros_from_env(name: &str) -> Option<Duration> {
+    effective_window(Some(parse_micros(&std::env::var(name).ok()?)?))
+}
+
+/// Whole microseconds, in decimal, surrounding whitespace allowed.
+fn parse_micros(value: &str) -> Option<Duration> {
+    value.trim().parse().ok().map(Duration::from_micros)
 }
 
 /// Decides, window by window, whether a side spins, by measuring whether spinning pays.
@@ -213,6 +246,21 @@ mod tests {
 
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)
+    }
+
+    #[test]
+    fn windows_from_the_environment_are_whole_decimal_microseconds() {
+        assert_eq!(parse_micros("50"), Some(us(50)));
+        assert_eq!(parse_micros(" 120\n"), Some(us(120)));
+        assert_eq!(parse_micros("0"), Some(Duration::ZERO));
+        for bad in ["", "-5", "5us", "0x10", "1.5"] {
+            assert_eq!(parse_micros(bad), None, "{bad:?}");
+        }
+        // Zero means off, and a window is never longer than the maximum.
+        assert_eq!(effective_window(Some(Duration::ZERO)), None);
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let longest = effective_window(Some(MAX_SPIN * 2));
+        assert_eq!(longest, (cpus > 1).then_some(MAX_SPIN));
     }
 
     /// Runs `n` windows from `t`: each opens, is spun or slept through as the policy says, and

@@ -1,6 +1,7 @@
-//! The opt-in low-latency mode (`HostBuilder::low_latency`): the worker is told its spin window
-//! and calls answer exactly as without it; a window over the maximum is refused at spawn. Its
-//! speed is measured by `cargo xtask bench`, never here.
+//! The opt-in low-latency mode (`HostBuilder::low_latency`) and polling under load
+//! (`HostBuilder::poll_under_load`, on by default): the worker is told its windows and calls
+//! answer exactly as without them; a window over the maximum is refused at spawn. Their speed
+//! is measured by `cargo xtask bench`, never here.
 
 use std::time::Duration;
 
@@ -35,6 +36,59 @@ async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usua
         assert_eq!(sum, Ok(i + 1));
     }
     host.shutdown().await;
+}
+
+/// The value of `name` in the worker's environment.
+async fn told(host: &Host, name: &str) -> Option<String> {
+    let env = host.call::<Env>(&()).await.unwrap();
+    env.into_iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned_off() {
+    let name = airlock_protocol::spin::LOAD_POLL_ENV;
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let default = Host::builder(worker_bin()).spawn().await.unwrap();
+    let expected = (cpus > 1).then(|| {
+        let micros = airlock_protocol::spin::DEFAULT_LOAD_POLL.as_micros();
+        micros.to_string()
+    });
+    assert_eq!(told(&default, name).await, expected, "one CPU: off");
+    // Calls pipelined on it (the worker polls between their batches) answer as usual.
+    let calls = (0..500i64).map(|i| {
+        let host = default.clone();
+        tokio::spawn(async move { (i, host.call::<Sum>(&vec![i, 2]).await) })
+    });
+    for call in calls {
+        let (i, sum) = call.await.unwrap();
+        assert_eq!(sum, Ok(i + 2));
+    }
+    default.shutdown().await;
+
+    let off = Host::builder(worker_bin())
+        .poll_under_load(None)
+        .spawn()
+        .await
+        .unwrap();
+    assert_eq!(told(&off, name).await, None);
+    off.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_load_window_over_the_maximum_is_refused_at_spawn() {
+    let too_long = airlock_protocol::spin::MAX_SPIN + Duration::from_micros(1);
+    match Host::builder(worker_bin())
+        .poll_under_load(Some(too_long))
+        .spawn()
+        .await
+    {
+        Err(SpawnError::Config(ConfigError::LoadPollTooLong(window))) => {
+            assert_eq!(window, too_long);
+        }
+        other => panic!("expected LoadPollTooLong, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -273,7 +273,7 @@ impl Worker {
         names
     }
 
-    fn into_spec(
+    pub(crate) fn into_spec(
         self,
         token: Option<[u8; airlock_protocol::TOKEN_LEN]>,
     ) -> Result<ServeSpec, ServeError> {
@@ -293,6 +293,7 @@ impl Worker {
             max_concurrency: self.max_concurrency,
             limits: self.limits,
             spin: None,
+            load_poll: None,
             inline_blocking: false,
             wait_blocking: false,
         })
@@ -330,6 +331,7 @@ impl Worker {
         spec.wait_blocking = wait_blocking;
         // A process worker spins only if its host asked for it (and it has CPUs to spare).
         spec.spin = airlock_protocol::spin::window_from_env();
+        spec.load_poll = airlock_protocol::spin::load_poll_from_env();
         // One handler at a time: a blocking one may as well run on the serving thread.
         spec.inline_blocking = spec.max_concurrency == 1;
         serve_on(spec, transport).await

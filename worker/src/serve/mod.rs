@@ -20,6 +20,8 @@
 mod apply;
 mod calls;
 mod spin;
+#[cfg(all(test, feature = "pipe"))]
+mod tests;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -52,6 +54,9 @@ pub(crate) struct ServeSpec {
     pub(crate) limits: Option<Limits>,
     /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
     pub(crate) spin: Option<Duration>,
+    /// The polling window under load, if the host gave one (`airlock_protocol::spin`): opened
+    /// by frames that came together, never by one alone.
+    pub(crate) load_poll: Option<Duration>,
     /// Whether a blocking handler that does not watch its cancel token may run on the serving
     /// loop's own thread when its slot is free. Only for a process worker with
     /// `max_concurrency` 1: nothing else of the worker's could run beside the handler anyway,
@@ -84,6 +89,7 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut limits = chosen.unwrap_or_default();
     // Spinning runs from the last input until the window closes, while it pays.
     let mut spin = spec.spin.map(Spin::new);
+    let mut load_poll = spec.load_poll.map(Spin::new);
     // The runtime whose tasks an idle wait in the OS must not hold up, if the loop may wait so.
     let waits_on = spec.wait_blocking.then(tokio::runtime::Handle::current);
     let outcome = loop {
@@ -108,7 +114,12 @@ pub(crate) async fn serve_on<T: Transport>(
         // leave in the same write as this turn's.
         match gather(&mut applying, &mut outbox, outgoing.is_busy()) {
             Ok(0) => {}
-            Ok(_) => Spin::frame_in(&mut spin),
+            // Frames that came together: the host is pipelining calls, and its next batch is
+            // taken in without a wake-up if it comes within the load window.
+            Ok(_) => {
+                Spin::frame_in(&mut spin);
+                Spin::frame_in(&mut load_poll);
+            }
             Err(end) => break end,
         }
         outbox.extend(std::iter::from_fn(|| session.poll_transmit()));
@@ -121,7 +132,7 @@ pub(crate) async fn serve_on<T: Transport>(
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
-        let spinning = spin.as_mut().is_some_and(Spin::spinning);
+        let spinning = Spin::either(&mut spin, &mut load_poll);
         // Nothing to do but wait for the host: a loop that owns its thread waits in the OS
         // (one blocking `read`, or a `ppoll` and a `read`, where a turn of the runtime would
         // poll for events, turn its timers and schedule this task). What came is taken by the
@@ -145,8 +156,9 @@ pub(crate) async fn serve_on<T: Transport>(
                 answer(&mut session, id, reply, &mut pending_updates);
             }
             Some((id, body)) = pending_updates.recv() => send_update(&mut session, id, body),
-            // Low-latency mode: nothing is ready yet; go round again instead of sleeping, so
-            // the runtime polls the channel without a wake-up, until the window closes.
+            // Low-latency mode or load: nothing is ready yet; go round again instead of
+            // sleeping, so the runtime polls the channel without a wake-up, until the window
+            // closes.
             () = tokio::task::yield_now(), if spinning => continue,
             written = outgoing.finish() => if let Err(err) = written {
                 break Err(ServeError::Connection(err));
