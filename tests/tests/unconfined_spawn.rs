@@ -34,6 +34,18 @@ fn sleeper(program: impl Into<PathBuf>, argument: &str) -> HostBuilder {
         .arg(argument)
 }
 
+/// What a default host tells every worker of its own besides what it was given: the polling
+/// window under load (`PROTOCOL.md`), unless the worker may run on one CPU only.
+fn advice() -> Vec<OsString> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let window = airlock_protocol::spin::DEFAULT_LOAD_POLL.as_micros();
+    let name = airlock_protocol::spin::LOAD_POLL_ENV;
+    (cpus > 1)
+        .then(|| OsString::from(format!("{name}={window}")))
+        .into_iter()
+        .collect()
+}
+
 /// The pid of this process's child whose command line is `sleep argument`.
 fn child_sleeping(argument: &str) -> Option<u32> {
     children()
@@ -184,8 +196,8 @@ async fn an_unconfined_worker_on_the_inherited_socket_holds_only_stdio_and_the_c
     assert_eq!(seen.descriptors, [0, 1, 2, 3]);
     assert_eq!(
         seen.environment,
-        [OsString::from("AIRLOCK_SOCKET_FD=3")],
-        "only the channel's variable"
+        [advice(), vec![OsString::from("AIRLOCK_SOCKET_FD=3")]].concat(),
+        "only the channel's variable and airlock's advice"
     );
     assert_ended(&err, None, Some(libc::SIGTERM));
 }
@@ -214,13 +226,12 @@ async fn an_unconfined_worker_has_only_the_environment_and_directory_it_was_give
     )
     .await;
     let _ = std::fs::remove_dir(&dir);
-    assert_eq!(
-        seen.environment,
-        [
-            OsString::from("AIRLOCK_GIVEN=given"),
-            OsString::from("PATH=/nonexistent/airlock:/usr/bin:/bin"),
-        ]
-    );
+    let given = [
+        vec![OsString::from("AIRLOCK_GIVEN=given")],
+        advice(),
+        vec![OsString::from("PATH=/nonexistent/airlock:/usr/bin:/bin")],
+    ];
+    assert_eq!(seen.environment, given.concat());
     assert_eq!(seen.cwd, dir);
 }
 
