@@ -112,8 +112,9 @@ pub(crate) struct Settings {
     pub(crate) confinement: crate::Confinement,
     /// The low-latency spin window asked for (`HostBuilder::low_latency`).
     pub(crate) low_latency: Option<Duration>,
-    /// The worker's polling window under load (`HostBuilder::poll_under_load`).
-    pub(crate) poll_under_load: Option<Duration>,
+    /// The worker's polling window under load, as chosen (`HostBuilder::poll_under_load`);
+    /// `None`: not chosen, the default applies (see [`load_poll`](Self::load_poll)).
+    pub(crate) poll_under_load: Option<Option<Duration>>,
 }
 
 impl Settings {
@@ -127,6 +128,13 @@ impl Settings {
         })
     }
 
+    /// The worker's polling window under load: as chosen, else
+    /// [`DEFAULT_LOAD_POLL`](airlock_protocol::spin::DEFAULT_LOAD_POLL).
+    pub(crate) fn load_poll(&self) -> Option<Duration> {
+        self.poll_under_load
+            .unwrap_or(Some(airlock_protocol::spin::DEFAULT_LOAD_POLL))
+    }
+
     /// Refuses durations that could overflow a deadline computed from them.
     pub(crate) fn validate(&self) -> Result<(), airlock_protocol::ConfigError> {
         let too_long =
@@ -134,7 +142,7 @@ impl Settings {
         if let Some(window) = too_long(self.low_latency) {
             return Err(airlock_protocol::ConfigError::SpinTooLong(window));
         }
-        if let Some(window) = too_long(self.poll_under_load) {
+        if let Some(window) = too_long(self.load_poll()) {
             return Err(airlock_protocol::ConfigError::LoadPollTooLong(window));
         }
         let restart = &self.restart;
@@ -172,7 +180,7 @@ impl Settings {
             label,
             confinement: crate::Confinement::strict(),
             low_latency: None,
-            poll_under_load: Some(airlock_protocol::spin::DEFAULT_LOAD_POLL),
+            poll_under_load: None,
         }
     }
 }

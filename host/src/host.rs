@@ -154,31 +154,35 @@ impl HostBuilder {
         self
     }
 
-    /// How long the worker polls for the host's next calls, instead of sleeping, after calls
-    /// that came together. Default: 50 µs
-    /// ([`DEFAULT_LOAD_POLL`](airlock_protocol::spin::DEFAULT_LOAD_POLL)); `None` turns it
-    /// off. At most [`MAX_SPIN`](airlock_protocol::spin::MAX_SPIN) (more fails the spawn with
+    /// How long the worker polls for the host's next calls, instead of sleeping, once it has
+    /// answered calls that came together. Default: 50 µs
+    /// ([`DEFAULT_LOAD_POLL`](airlock_protocol::spin::DEFAULT_LOAD_POLL)), or off for a
+    /// [`Pool`](crate::Pool) of more workers than this machine has CPUs; `None` turns it off.
+    /// At most [`MAX_SPIN`](airlock_protocol::spin::MAX_SPIN) (more fails the spawn with
     /// `ConfigError::LoadPollTooLong`).
     ///
-    /// A worker that found several frames ready at once (this host pipelining calls) keeps
-    /// polling its channel for up to `window` after answering them, so the host's next batch
-    /// is taken in without a wake-up. One frame alone never opens the window: calls made one
-    /// at a time are served as with it off (that is [`low_latency`](Self::low_latency)'s job).
-    /// Like the low-latency mode it is off in a worker that may run on one CPU only, and
-    /// sleeps while spinning measures not to pay. The host itself never polls for it.
+    /// A worker that found several frames ready at once (this host pipelining calls) polls
+    /// its channel for up to `window` once it has answered them and has nothing else to do, so
+    /// the host's next batch is taken in without a wake-up. One frame alone never opens the
+    /// window, so calls made one at a time are served as with it off (that is
+    /// [`low_latency`](Self::low_latency)'s job); a call and its cancel read together can.
+    /// Windows stop opening after a batch that came more than two windows after the worker
+    /// went idle (a burst now and then, not a steady pipeline), until one comes within that
+    /// again. Like the low-latency mode it is off in a worker that may run on one CPU only,
+    /// and sleeps while spinning measures not to pay. The host itself never polls for it.
     ///
-    /// Cost: up to `window` of one CPU after each batch the worker answers. Under pipelined
-    /// load it saves more CPU than it spends: on the 2-vCPU development VM, 300,000 calls 256
-    /// at a time on a 2-thread host took 1.03–1.07 µs each and 566–585 ms of CPU across both
-    /// processes with it, against 1.51–1.56 µs and 700–713 ms with a worker that ignores it
-    /// (5,500–8,400 context switches against 15,400–16,700; three rounds, `BENCHMARKS.md`).
-    /// What it cannot save is a CPU's time while nothing comes: a host that sends two calls
-    /// together at least every `window` can keep its worker's CPU busy between them. The
-    /// worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its environment
-    /// (`PROTOCOL.md`); one not built on `airlock-worker` may ignore it.
+    /// Cost: up to `window` of one CPU after each batch the worker answers, while batches
+    /// keep coming within reach. Under pipelined load it saves more CPU than it spends: on the
+    /// 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host took 1.03–1.07 µs
+    /// each and 566–585 ms of CPU across both processes with it, against 1.51–1.56 µs and
+    /// 700–713 ms with a worker that ignores it (`BENCHMARKS.md`, "Pipelined"). A host that
+    /// sends a few calls together at least every two windows can keep its worker's CPU busy
+    /// between them, which a [`Confinement::cpu_time`](crate::Confinement::cpu_time) limit
+    /// counts. The worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its
+    /// environment (`PROTOCOL.md`); one not built on `airlock-worker` may ignore it.
     #[must_use]
     pub fn poll_under_load(mut self, window: Option<Duration>) -> Self {
-        self.settings.poll_under_load = window;
+        self.settings.poll_under_load = Some(window);
         self
     }
 
@@ -227,16 +231,14 @@ impl HostBuilder {
         }
         let windows = [
             (airlock_protocol::spin::SPIN_ENV, settings.low_latency),
-            (
-                airlock_protocol::spin::LOAD_POLL_ENV,
-                settings.poll_under_load,
-            ),
+            (airlock_protocol::spin::LOAD_POLL_ENV, settings.load_poll()),
         ];
         for (name, asked) in windows {
             if let Some(window) = airlock_protocol::spin::effective_window(asked) {
-                settings
-                    .env
-                    .push((name.into(), window.as_micros().to_string().into()));
+                // Whole microseconds, at least one: a window under a microsecond asked for
+                // is not turned off by rounding.
+                let micros = window.as_micros().max(1);
+                settings.env.push((name.into(), micros.to_string().into()));
             }
         }
         Host::start(settings, Launcher::Process).await

@@ -55,10 +55,17 @@ impl PoolBuilder {
         if self.size == 0 {
             return Err(SpawnError::EmptyPool);
         }
+        let mut host = self.host;
+        // More workers than CPUs: workers polling for their next calls would take the CPUs
+        // the others and the host need, so polling under load is off unless chosen.
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if self.size > cpus && host.settings.poll_under_load.is_none() {
+            host = host.poll_under_load(None);
+        }
         let mut starting = tokio::task::JoinSet::new();
         for i in 0..self.size {
-            let label = format!("{}-{i}", self.host.settings.label);
-            let builder = self.host.clone().label(label);
+            let label = format!("{}-{i}", host.settings.label);
+            let builder = host.clone().label(label);
             starting.spawn(async move { (i, builder.spawn().await) });
         }
         let mut hosts: Vec<Option<Host>> = (0..self.size).map(|_| None).collect();

@@ -22,12 +22,14 @@
 //! **Polling under load** is the same mechanism on the worker's side only, on by default, for
 //! pipelined calls: a worker that found frames that had come together (calls pipelined by the
 //! host) polls for the next ones for a short window ([`LOAD_POLL_ENV`], default
-//! [`DEFAULT_LOAD_POLL`]) before it sleeps. A single frame never opens that window, so calls
-//! made one at a time cost what they cost without it. Under pipelined load the worker then
-//! takes in the host's next batch without a wake-up; on a machine where waking a sleeping
-//! process takes tens of microseconds (a VM), that wake-up, not CPU, is what limits the rate,
-//! and polling costs less CPU than the wake-ups it saves (`BENCHMARKS.md`). The same rules
-//! apply: off when the worker may run on one CPU only, and off while it measures not to pay.
+//! [`DEFAULT_LOAD_POLL`]) once it has answered them, before it sleeps. A single frame never
+//! opens that window, so calls made one at a time cost what they cost without it, and a batch
+//! that comes well after the window stops the windows opening until batches come close
+//! together again. Under pipelined load the worker then takes in the host's next batch
+//! without a wake-up; on a machine where waking a sleeping process takes tens of microseconds
+//! (a VM), that wake-up, not CPU, is what limits the rate, and polling costs less CPU than the
+//! wake-ups it saves (`BENCHMARKS.md`, "Pipelined"). The same rules apply: off when the worker
+//! may run on one CPU only, and off while it measures not to pay.
 
 use core::time::Duration;
 use std::time::Instant;

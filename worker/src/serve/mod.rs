@@ -19,12 +19,13 @@
 
 mod apply;
 mod calls;
+mod load_poll;
 mod spin;
 #[cfg(all(test, feature = "pipe"))]
 mod tests;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
 use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
@@ -36,6 +37,7 @@ use crate::progress::UPDATE_QUEUE;
 use crate::ServeError;
 use apply::{answer, feed, gather, send_update, Applying};
 use calls::Calls;
+use load_poll::LoadPoll;
 use spin::Spin;
 
 /// Whether the serving loop's task is the only one on `runtime`: a task of a handler's that
@@ -55,7 +57,7 @@ pub(crate) struct ServeSpec {
     /// The low-latency spin window, if the host asked for one (`airlock_protocol::spin`).
     pub(crate) spin: Option<Duration>,
     /// The polling window under load, if the host gave one (`airlock_protocol::spin`): opened
-    /// by frames that came together, never by one alone.
+    /// once frames that came together are answered, never by one alone (`load_poll.rs`).
     pub(crate) load_poll: Option<Duration>,
     /// Whether a blocking handler that does not watch its cancel token may run on the serving
     /// loop's own thread when its slot is free. Only for a process worker with
@@ -89,7 +91,8 @@ pub(crate) async fn serve_on<T: Transport>(
     let mut limits = chosen.unwrap_or_default();
     // Spinning runs from the last input until the window closes, while it pays.
     let mut spin = spec.spin.map(Spin::new);
-    let mut load_poll = spec.load_poll.map(Spin::new);
+    // Polling under load, unless the low-latency mode's windows (after every frame) cover it.
+    let mut load_poll = spec.load_poll.filter(|_| spin.is_none()).map(LoadPoll::new);
     // The runtime whose tasks an idle wait in the OS must not hold up, if the loop may wait so.
     let waits_on = spec.wait_blocking.then(tokio::runtime::Handle::current);
     let outcome = loop {
@@ -118,7 +121,9 @@ pub(crate) async fn serve_on<T: Transport>(
             // taken in without a wake-up if it comes within the load window.
             Ok(_) => {
                 Spin::frame_in(&mut spin);
-                Spin::frame_in(&mut load_poll);
+                if let Some(load) = &mut load_poll {
+                    load.frames_in(Instant::now(), true);
+                }
             }
             Err(end) => break end,
         }
@@ -132,23 +137,38 @@ pub(crate) async fn serve_on<T: Transport>(
         if session.is_drained() && outbox.is_empty() && !outgoing.is_busy() {
             break Ok(());
         }
-        let spinning = Spin::either(&mut spin, &mut load_poll);
-        // Nothing to do but wait for the host: a loop that owns its thread waits in the OS
-        // (one blocking `read`, or a `ppoll` and a `read`, where a turn of the runtime would
-        // poll for events, turn its timers and schedule this task). What came is taken by the
-        // `next_frame` arm below at once.
-        let idle = !spinning
-            && calls.none_running()
+        // Nothing left to do but wait for the host.
+        let quiet = calls.none_running()
             && pending_updates.is_empty()
             && outbox.is_empty()
             && !outgoing.is_busy();
+        let spinning = match (&mut spin, &mut load_poll) {
+            (Some(spin), _) => spin.spinning(),
+            (None, Some(load)) => {
+                let now = Instant::now();
+                if quiet {
+                    load.idle(now);
+                }
+                load.spinning(now)
+            }
+            (None, None) => false,
+        };
+        // A loop that owns its thread waits in the OS (one blocking `read`, or a `ppoll` and a
+        // `read`, where a turn of the runtime would poll for events, turn its timers and
+        // schedule this task). What came is taken by the `next_frame` arm below at once.
+        let idle = !spinning && quiet;
         if idle && waits_on.as_ref().is_some_and(only_task_on) {
             receiver.wait_blocking();
         }
         tokio::select! {
             biased;
             incoming = next_frame(&mut receiver) => match feed(&mut session, incoming) {
-                Ok(true) => Spin::frame_in(&mut spin),
+                Ok(true) => {
+                    Spin::frame_in(&mut spin);
+                    if let Some(load) = &mut load_poll {
+                        load.frames_in(Instant::now(), false);
+                    }
+                }
                 Ok(false) => {}
                 Err(err) => break Err(err),
             },

@@ -1,14 +1,12 @@
-//! The worker's side of the low-latency mode (after each frame, a window to spin through while
-//! the next one is awaited) and of polling under load (the same, after frames that came
-//! together).
+//! The worker's side of the low-latency mode: after each frame, a window to spin through while
+//! the next one is awaited.
 
 use std::time::{Duration, Instant};
 
 use airlock_protocol::spin::SpinPolicy;
 
-/// A spin window's state: each time the loop calls [`frame_in`](Self::frame_in) it opens a
-/// window to spin through while the next frame is awaited, where [`SpinPolicy`] finds that
-/// spinning pays.
+/// The low-latency mode's state: each frame received opens a window to spin through while
+/// the next one is awaited, where [`SpinPolicy`] finds that spinning pays.
 pub(super) struct Spin {
     window: Duration,
     policy: SpinPolicy,
@@ -33,13 +31,5 @@ impl Spin {
 
     pub(super) fn spinning(&mut self) -> bool {
         self.policy.spinning(Instant::now())
-    }
-
-    /// Whether either window says to spin. Both are asked every time, so each policy counts
-    /// the wait as what the loop did in it.
-    pub(super) fn either(first: &mut Option<Self>, second: &mut Option<Self>) -> bool {
-        let first = first.as_mut().is_some_and(Self::spinning);
-        let second = second.as_mut().is_some_and(Self::spinning);
-        first || second
     }
 }
