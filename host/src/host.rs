@@ -173,9 +173,9 @@ impl HostBuilder {
     ///
     /// Cost: up to `window` of one CPU after each batch the worker answers, while batches
     /// keep coming within reach. Under pipelined load it saves more CPU than it spends: on the
-    /// 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host took 1.03–1.07 µs
-    /// each and 566–585 ms of CPU across both processes with it, against 1.51–1.56 µs and
-    /// 700–713 ms with a worker that ignores it (`BENCHMARKS.md`, "Pipelined"). A host that
+    /// 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host took 0.96–1.07 µs
+    /// each and 526–580 ms of CPU across both processes with it, against 1.46–1.51 µs and
+    /// 657–682 ms with a worker that ignores it (`BENCHMARKS.md`, "Pipelined"). A host that
     /// sends a few calls together at least every two windows can keep its worker's CPU busy
     /// between them, which a [`Confinement::cpu_time`](crate::Confinement::cpu_time) limit
     /// counts. The worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its

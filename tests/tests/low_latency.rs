@@ -16,18 +16,16 @@ async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usua
         .spawn()
         .await
         .unwrap();
-    let env = host.call::<Env>(&()).await.unwrap();
-    let told = env
-        .iter()
-        .find(|(key, _)| key == airlock_protocol::spin::SPIN_ENV)
-        .map(|(_, value)| value.clone());
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    if cpus > 1 {
-        assert_eq!(told.as_deref(), Some("50"), "{env:?}");
-    } else {
-        assert_eq!(told, None, "one CPU: spinning is off");
-    }
-    let calls = (0..200i64).map(|i| {
+    let window = told(&host, airlock_protocol::spin::SPIN_ENV).await;
+    let expected = (cpus() > 1).then(|| "50".to_owned());
+    assert_eq!(window, expected, "one CPU: spinning is off");
+    pipelined_sums_answer(&host, 200).await;
+    host.shutdown().await;
+}
+
+/// `n` calls made at once, each answered with its own sum.
+async fn pipelined_sums_answer(host: &Host, n: i64) {
+    let calls = (0..n).map(|i| {
         let host = host.clone();
         tokio::spawn(async move { (i, host.call::<Sum>(&vec![i, 1]).await) })
     });
@@ -35,7 +33,10 @@ async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usua
         let (i, sum) = call.await.unwrap();
         assert_eq!(sum, Ok(i + 1));
     }
-    host.shutdown().await;
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// The value of `name` in the worker's environment.
@@ -49,22 +50,14 @@ async fn told(host: &Host, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned_off() {
     let name = airlock_protocol::spin::LOAD_POLL_ENV;
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let default = Host::builder(worker_bin()).spawn().await.unwrap();
-    let expected = (cpus > 1).then(|| {
+    let expected = (cpus() > 1).then(|| {
         let micros = airlock_protocol::spin::DEFAULT_LOAD_POLL.as_micros();
         micros.to_string()
     });
     assert_eq!(told(&default, name).await, expected, "one CPU: off");
     // Calls pipelined on it (the worker polls between their batches) answer as usual.
-    let calls = (0..500i64).map(|i| {
-        let host = default.clone();
-        tokio::spawn(async move { (i, host.call::<Sum>(&vec![i, 2]).await) })
-    });
-    for call in calls {
-        let (i, sum) = call.await.unwrap();
-        assert_eq!(sum, Ok(i + 2));
-    }
+    pipelined_sums_answer(&default, 500).await;
     default.shutdown().await;
 
     let off = Host::builder(worker_bin())
@@ -74,10 +67,6 @@ async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned
         .unwrap();
     assert_eq!(told(&off, name).await, None);
     off.shutdown().await;
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
