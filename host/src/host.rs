@@ -163,22 +163,29 @@ impl HostBuilder {
     ///
     /// A worker that found several frames ready at once (this host pipelining calls) polls
     /// its channel for up to `window` once it has answered them and has nothing else to do, so
-    /// the host's next batch is taken in without a wake-up. One frame alone never opens the
-    /// window, so calls made one at a time are served as with it off (that is
-    /// [`low_latency`](Self::low_latency)'s job); a call and its cancel read together can.
-    /// Windows stop opening after a batch that came more than two windows after the worker
-    /// went idle (a burst now and then, not a steady pipeline), until one comes within that
-    /// again. Like the low-latency mode it is off in a worker that may run on one CPU only,
-    /// and sleeps while spinning measures not to pay. The host itself never polls for it.
+    /// the host's next batch is taken in without a wake-up. Windows open only after two
+    /// batches in a row each came within a window of the worker going idle, and one that came
+    /// later stops them again: a host that sends a few rounds of calls and then pauses pays at
+    /// most the window after the last round. One frame alone never opens a window, so calls
+    /// made one at a time are served as with it off (that is
+    /// [`low_latency`](Self::low_latency)'s job; a call and its cancel read together count
+    /// as two frames). With the low-latency mode on, its own windows, opened after every
+    /// frame, replace these. Off in a worker that may run on one CPU only; through an open
+    /// window the worker sleeps instead while it measures the next batch to come later when
+    /// it spins than when it sleeps ([`SpinPolicy`](airlock_protocol::spin::SpinPolicy)), as
+    /// on CPUs kept busy by other work. The host itself never polls for it.
     ///
     /// Cost: up to `window` of one CPU after each batch the worker answers, while batches
-    /// keep coming within reach. Under pipelined load it saves more CPU than it spends: on the
-    /// 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host took 0.96–1.07 µs
-    /// each and 526–580 ms of CPU across both processes with it, against 1.46–1.51 µs and
-    /// 657–682 ms with a worker that ignores it (`BENCHMARKS.md`, "Pipelined"). A host that
-    /// sends a few calls together at least every two windows can keep its worker's CPU busy
-    /// between them, which a [`Confinement::cpu_time`](crate::Confinement::cpu_time) limit
-    /// counts. The worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its
+    /// keep coming close together. Under steady pipelined load it saves more CPU than it
+    /// spends: on the 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host
+    /// took 0.96–1.07 µs each and 526–580 ms of CPU across both processes with it, against
+    /// 1.46–1.51 µs and 657–682 ms with a worker that ignores it (`BENCHMARKS.md`,
+    /// "Pipelined"). A host that sends calls together steadily, but with gaps of up to a
+    /// window between them, can keep its worker's CPU busier than without it, which a
+    /// [`Confinement::cpu_time`](crate::Confinement::cpu_time) limit counts. The rule for a
+    /// `Pool` does not see other hosts: several `Host`s whose workers outnumber the CPUs, each
+    /// busy beside work of the host's own, can make fewer calls a second with it on
+    /// (`BENCHMARKS.md`); turn it off there. The worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its
     /// environment (`PROTOCOL.md`); one not built on `airlock-worker` may ignore it.
     #[must_use]
     pub fn poll_under_load(mut self, window: Option<Duration>) -> Self {

@@ -23,9 +23,8 @@
 //! pipelined calls: a worker that found frames that had come together (calls pipelined by the
 //! host) polls for the next ones for a short window ([`LOAD_POLL_ENV`], default
 //! [`DEFAULT_LOAD_POLL`]) once it has answered them, before it sleeps. A single frame never
-//! opens that window, so calls made one at a time cost what they cost without it, and a batch
-//! that comes well after the window stops the windows opening until batches come close
-//! together again. Under pipelined load the worker then takes in the host's next batch
+//! opens that window, so calls made one at a time cost what they cost without it, and windows
+//! open only while batches keep coming within a window of each other. Under pipelined load the worker then takes in the host's next batch
 //! without a wake-up; on a machine where waking a sleeping process takes tens of microseconds
 //! (a VM), that wake-up, not CPU, is what limits the rate, and polling costs less CPU than the
 //! wake-ups it saves (`BENCHMARKS.md`, "Pipelined"). The same rules apply: off when the worker
@@ -80,9 +79,9 @@ fn parse_micros(value: &str) -> Option<Duration> {
 /// Decides, window by window, whether a side spins, by measuring whether spinning pays.
 ///
 /// A window `[at, end)` is opened by [`open`](Self::open) (on the host, by each call it begins;
-/// on a worker, by each frame it receives), or extends the one open. Either begins a wait for
-/// the peer's next message; the first one that [`arrived`](Self::arrived) after it tells how
-/// long that wait was, as this side saw it. The policy keeps a running mean of the waits it
+/// on a worker, by each frame it receives, or under load once it has answered a batch), or
+/// extends the one open. Either begins a wait for the peer's next message; the first one that
+/// [`arrived`](Self::arrived) after it tells how long that wait was, as this side saw it. The policy keeps a running mean of the waits it
 /// spun through and of those it slept through, and spins through the next unless the spun
 /// mean is more than a quarter above the slept one. Every [`EXPLORE`](Self::EXPLORE) waits
 /// the other choice is taken until one wait has been spun or slept through under it, so both

@@ -1,16 +1,18 @@
 //! Polling under load: once the loop has answered frames that came together (the host
 //! pipelining calls) and has nothing left to do, a window through which it polls for the host's
-//! next batch instead of sleeping, for as long as batches keep coming within reach of it.
+//! next batch instead of sleeping, while batches keep coming within a window of each other.
 
 use std::time::{Duration, Instant};
 
 use airlock_protocol::spin::SpinPolicy;
 
-/// How far past the moment the loop went idle a batch may come and still keep the windows
-/// opening, in windows. A batch that came later says the host is not pipelining steadily (a
-/// burst now and then): windows would only burn a CPU until then, so they stop opening until a
-/// batch comes within reach again, which the loop learns by sleeping through the wait.
-const REACH: u32 = 2;
+/// How many batches in a row must each have come within a window of the loop going idle
+/// before windows open: a window only pays when the next batch comes while it is open, and
+/// one batch that did says little. A batch that came later (the window, if one was open,
+/// closed empty) starts the count again. So a host that sends calls in short bursts (a few
+/// rounds of calls, then a pause) pays at most the window after each burst's last round, and
+/// none for bursts of two rounds, while one that pipelines steadily keeps the windows opening.
+const STREAK: u32 = 2;
 
 /// The polling window's state. Every method takes the time, so the rules can be checked
 /// without a clock.
@@ -23,9 +25,9 @@ pub(super) struct LoadPoll {
     batch: bool,
     /// When the loop went idle after a batch, until the next frame came.
     idle_since: Option<Instant>,
-    /// Whether the next batch opens a window: the last frame after a batch came within
-    /// [`REACH`] windows of the loop going idle (or none has been measured yet).
-    armed: bool,
+    /// Batches in a row, up to [`STREAK`], whose first frame came within a window of the
+    /// loop going idle after the one before: windows open once it reaches [`STREAK`].
+    streak: u32,
 }
 
 impl LoadPoll {
@@ -35,27 +37,31 @@ impl LoadPoll {
             policy: SpinPolicy::default(),
             batch: false,
             idle_since: None,
-            armed: true,
+            streak: 0,
         }
     }
 
     /// Frames came in at `now`: `together` when the turn found more than one.
     pub(super) fn frames_in(&mut self, now: Instant, together: bool) {
         if let Some(since) = self.idle_since.take() {
-            self.armed = now.saturating_duration_since(since) < self.window * REACH;
+            self.streak = if now.saturating_duration_since(since) < self.window {
+                (self.streak + 1).min(STREAK)
+            } else {
+                0
+            };
         }
         self.policy.arrived(now);
         self.batch |= together;
     }
 
     /// The loop has answered everything and has nothing to do but wait for the host: after a
-    /// batch, the window opens now, if it is armed.
+    /// batch, the window opens now, if batches have been coming close enough together.
     pub(super) fn idle(&mut self, now: Instant) {
         if !std::mem::take(&mut self.batch) {
             return;
         }
         self.idle_since = Some(now);
-        if self.armed {
+        if self.streak >= STREAK {
             self.policy.open(now, now + self.window, now);
         }
     }
@@ -99,7 +105,10 @@ mod tests {
     #[test]
     fn frames_together_open_the_window_once_answered_and_it_closes() {
         let mut poll = LoadPoll::new(WINDOW);
-        let t = Instant::now();
+        let mut t = Instant::now();
+        for _ in 0..2 {
+            t = batch_at(&mut poll, t) + us(20);
+        }
         poll.frames_in(t, true);
         // Still answering them (a handler running): no window yet.
         assert!(!poll.spinning(t + us(1)));
@@ -109,24 +118,68 @@ mod tests {
         assert!(!poll.spinning(t + us(40) + WINDOW));
     }
 
-    #[test]
-    fn a_batch_out_of_reach_stops_the_windows_until_one_comes_within_it() {
+    /// Bursts of `rounds` batches, each `within` after the loop went idle, `apart` between
+    /// bursts; returns the windows opened after each round (by round), over `bursts` bursts.
+    fn windows_in_bursts(rounds: usize, within: Duration, apart: Duration) -> Vec<u32> {
         let mut poll = LoadPoll::new(WINDOW);
         let mut t = Instant::now();
-        // Bursts 1 ms apart: the first opens a window, its wait runs past reach, and the
-        // bursts after it open none.
-        let idle = batch_at(&mut poll, t);
-        assert!(poll.spinning(idle + us(1)));
-        for _ in 0..20 {
-            t += us(1000);
-            let idle = batch_at(&mut poll, t);
-            assert!(!poll.spinning(idle + us(1)), "a burst now and then");
+        let mut opened = vec![0; rounds];
+        for _ in 0..100 {
+            for round in &mut opened {
+                let idle = batch_at(&mut poll, t);
+                *round += u32::from(poll.spinning(idle + us(1)));
+                t = idle + within;
+            }
+            t += apart;
         }
-        // A batch within reach of the last going idle (slept through) arms it again.
-        let idle = batch_at(&mut poll, t + us(1000));
-        let next = idle + WINDOW * REACH - us(1);
-        let idle = batch_at(&mut poll, next);
-        assert!(poll.spinning(idle + us(1)), "batches back to back");
+        opened
+    }
+
+    #[test]
+    fn bursts_of_two_rounds_open_no_window() {
+        let opened = windows_in_bursts(2, us(30), us(1000));
+        assert_eq!(opened, [0, 0]);
+    }
+
+    #[test]
+    fn bursts_of_more_rounds_pay_at_most_the_window_after_the_last() {
+        // The window after round 3 catches round 4; the one after round 4 closes empty.
+        let opened = windows_in_bursts(4, us(30), us(1000));
+        assert_eq!(opened[..2], [0, 0]);
+        assert!(opened[2] >= 98 && opened[3] >= 98, "{opened:?}");
+    }
+
+    #[test]
+    fn a_batch_after_the_window_closed_stops_the_windows() {
+        // Batches that come just after the window closes: every window would close empty.
+        let opened = windows_in_bursts(1, WINDOW + us(20), Duration::ZERO);
+        assert_eq!(opened, [0]);
+        // Back to back after that, windows open again from the third batch.
+        let mut poll = LoadPoll::new(WINDOW);
+        let mut t = Instant::now();
+        let mut spun = Vec::new();
+        for _ in 0..5 {
+            let idle = batch_at(&mut poll, t);
+            spun.push(poll.spinning(idle + us(1)));
+            t = idle + us(20);
+        }
+        assert_eq!(spun, [false, false, true, true, true]);
+    }
+
+    #[test]
+    fn where_spinning_delays_the_next_batch_nearly_every_window_sleeps() {
+        // A contended machine: a spun-through wait ends later than a slept one.
+        let mut poll = LoadPoll::new(WINDOW);
+        let mut t = Instant::now();
+        let mut spun = 0;
+        for _ in 0..3200 {
+            let idle = batch_at(&mut poll, t);
+            let spinning = poll.spinning(idle + us(1));
+            spun += u32::from(spinning);
+            t = idle + if spinning { us(40) } else { us(25) };
+        }
+        let most = SpinPolicy::EXPLORE + 3200 / SpinPolicy::EXPLORE;
+        assert!(spun <= most, "{spun} windows spun, more than {most}");
     }
 
     #[test]
@@ -134,6 +187,10 @@ mod tests {
         let mut poll = LoadPoll::new(WINDOW);
         let mut t = Instant::now();
         let mut spun = 0;
+        // The first two batches only start the streak.
+        for _ in 0..2 {
+            t = batch_at(&mut poll, t) + us(20);
+        }
         for _ in 0..1000 {
             let idle = batch_at(&mut poll, t);
             spun += u32::from(poll.spinning(idle + us(1)));

@@ -15,7 +15,8 @@
 //! the OS while it is idle, instead of through a turn of the runtime.
 //!
 //! One file per job: [`apply`] (frames fed to the session, its events applied, answers sent),
-//! [`calls`] (the calls running and their handlers) and [`spin`] (the low-latency mode).
+//! [`calls`] (the calls running and their handlers), [`spin`] (the low-latency mode) and
+//! [`load_poll`] (polling under load).
 
 mod apply;
 mod calls;

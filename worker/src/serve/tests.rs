@@ -66,7 +66,9 @@ struct Served {
 }
 
 impl Served {
-    async fn start(load_poll: Option<Duration>) -> Self {
+    /// A worker served with polling window `load_poll` and, if `spin`, the low-latency mode
+    /// with that window.
+    async fn start(load_poll: Option<Duration>, spin: Option<Duration>) -> Self {
         let (to_worker, worker_r) = tokio::io::duplex(1 << 16);
         let (worker_w, from_worker) = tokio::io::duplex(1 << 16);
         let polls = Arc::new(AtomicUsize::new(0));
@@ -76,6 +78,7 @@ impl Served {
         };
         let mut spec = builtin_worker().into_spec(None).unwrap();
         spec.load_poll = load_poll;
+        spec.spin = spin;
         let task = tokio::spawn(serve_on(spec, transport));
         let mut served = Self {
             to_worker,
@@ -101,16 +104,34 @@ impl Served {
     /// Sends `n` echo calls in one write and waits for their answers.
     async fn calls_together(&mut self, n: u8) {
         let body = airlock_codec::to_vec(&serde_bytes::ByteBuf::from(vec![7u8; 8])).unwrap();
+        self.send_together("echo", &body, n).await;
+        self.answers(n).await;
+    }
+
+    /// Batches of four echo calls, one after another's answers: enough for the windows to
+    /// open (`load_poll::STREAK`).
+    async fn batches_back_to_back(&mut self) {
+        for _ in 0..3 {
+            self.calls_together(4).await;
+        }
+    }
+
+    /// Sends `n` calls of `method` with `body` in one write.
+    async fn send_together(&mut self, method: &str, body: &[u8], n: u8) {
         let mut bytes = Vec::new();
         for _ in 0..n {
             self.calls += 1;
             bytes.extend(encode_frame(&Frame::Call(Call {
                 id: CallId::from_bytes([self.calls; 16]),
-                method: "echo",
-                body: &body,
+                method,
+                body,
             })));
         }
         self.to_worker.write_all(&bytes).await.unwrap();
+    }
+
+    /// Waits for `n` answers, each a `Return`.
+    async fn answers(&mut self, n: u8) {
         let answers = self.frames(usize::from(n)).await;
         assert!(answers.iter().all(|f| matches!(f, FrameKind::Return)));
     }
@@ -167,8 +188,8 @@ const WINDOW: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "current_thread")]
 async fn calls_that_came_together_keep_the_loop_polling_through_the_load_window() {
-    let mut served = Served::start(Some(WINDOW)).await;
-    served.calls_together(4).await;
+    let mut served = Served::start(Some(WINDOW), None).await;
+    served.batches_back_to_back().await;
     let polls = served.polls_while_idle().await;
     assert!(polls > 100, "{polls} polls in 30 ms of the window");
     served.shut_down().await;
@@ -176,8 +197,8 @@ async fn calls_that_came_together_keep_the_loop_polling_through_the_load_window(
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_call_alone_never_opens_the_load_window() {
-    let mut served = Served::start(Some(WINDOW)).await;
-    for _ in 0..3 {
+    let mut served = Served::start(Some(WINDOW), None).await;
+    for _ in 0..4 {
         served.calls_together(1).await;
         let polls = served.polls_while_idle().await;
         assert!(polls < 10, "{polls} polls in 30 ms after a call alone");
@@ -187,9 +208,39 @@ async fn a_call_alone_never_opens_the_load_window() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn without_a_load_window_calls_that_came_together_leave_the_loop_asleep() {
-    let mut served = Served::start(None).await;
-    served.calls_together(4).await;
+    let mut served = Served::start(None, None).await;
+    served.batches_back_to_back().await;
     let polls = served.polls_while_idle().await;
     assert!(polls < 10, "{polls} polls in 30 ms with no window");
+    served.shut_down().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_window_opens_once_a_batch_is_answered_not_while_its_handlers_run() {
+    let mut served = Served::start(Some(WINDOW), None).await;
+    served.calls_together(4).await;
+    served.calls_together(4).await;
+    // The third batch, which would open the window: two calls that take 60 ms each.
+    let millis = airlock_codec::to_vec(&60u64).unwrap();
+    served.send_together("sleep", &millis, 2).await;
+    let polls = served.polls_while_idle().await;
+    assert!(polls < 10, "{polls} polls in 30 ms while the handlers ran");
+    served.answers(2).await;
+    let polls = served.polls_while_idle().await;
+    assert!(
+        polls > 100,
+        "{polls} polls in 30 ms of the window, once answered"
+    );
+    served.shut_down().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_low_latency_mode_replaces_polling_under_load() {
+    // Its own windows (here too short to see) open after every frame; the load window,
+    // however long, is not used beside them.
+    let mut served = Served::start(Some(WINDOW), Some(Duration::from_micros(1))).await;
+    served.batches_back_to_back().await;
+    let polls = served.polls_while_idle().await;
+    assert!(polls < 10, "{polls} polls in 30 ms");
     served.shut_down().await;
 }
