@@ -71,40 +71,24 @@ async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_more_workers_than_cpus_turns_polling_under_load_off_unless_chosen() {
-    let name = airlock_protocol::spin::LOAD_POLL_ENV;
-    let crowded = Pool::builder(Host::builder(worker_bin()))
-        .size(cpus() + 1)
-        .spawn()
-        .await
-        .unwrap();
-    for host in crowded.hosts() {
-        assert_eq!(told(host, name).await, None);
-    }
-    crowded.shutdown().await;
-
-    // One worker per CPU keeps it.
-    let full = Pool::builder(Host::builder(worker_bin()))
-        .size(cpus())
-        .spawn()
-        .await
-        .unwrap();
     let default = (cpus() > 1).then(|| "50".to_owned());
-    for host in full.hosts() {
-        assert_eq!(told(host, name).await, default);
-    }
-    full.shutdown().await;
+    let chosen = (cpus() > 1).then(|| "30".to_owned());
+    let window = Some(Duration::from_micros(30));
+    pool_tells(Host::builder(worker_bin()), cpus() + 1, None).await;
+    // One worker per CPU keeps it.
+    pool_tells(Host::builder(worker_bin()), cpus(), default).await;
+    let chosen_builder = Host::builder(worker_bin()).poll_under_load(window);
+    pool_tells(chosen_builder, cpus() + 1, chosen).await;
+}
 
-    let window = Duration::from_micros(30);
-    let chosen = Pool::builder(Host::builder(worker_bin()).poll_under_load(Some(window)))
-        .size(cpus() + 1)
-        .spawn()
-        .await
-        .unwrap();
-    let expected = (cpus() > 1).then(|| "30".to_owned());
-    for host in chosen.hosts() {
-        assert_eq!(told(host, name).await, expected);
+/// Spawns a `Pool` of `size` from `builder` and checks what each worker was told.
+async fn pool_tells(builder: airlock_host::HostBuilder, size: usize, expected: Option<String>) {
+    let pool = Pool::builder(builder).size(size).spawn().await.unwrap();
+    for host in pool.hosts() {
+        let told = told(host, airlock_protocol::spin::LOAD_POLL_ENV).await;
+        assert_eq!(told, expected, "a Pool of {size}");
     }
-    chosen.shutdown().await;
+    pool.shutdown().await;
 }
 
 /// The worker's scheduler state (`R` running or runnable, `S` asleep...).

@@ -118,6 +118,24 @@ mod tests {
         assert!(!poll.spinning(t + us(40) + WINDOW));
     }
 
+    /// `n` batches from `t`, each coming `wait(spinning)` after the loop went idle after the
+    /// one before; returns how many windows were spun through, and the time.
+    fn batches(
+        poll: &mut LoadPoll,
+        mut t: Instant,
+        n: u32,
+        wait: impl Fn(bool) -> Duration,
+    ) -> (u32, Instant) {
+        let mut spun = 0;
+        for _ in 0..n {
+            let idle = batch_at(poll, t);
+            let spinning = poll.spinning(idle + us(1));
+            spun += u32::from(spinning);
+            t = idle + wait(spinning);
+        }
+        (spun, t)
+    }
+
     /// Bursts of `rounds` batches, each `within` after the loop went idle, `apart` between
     /// bursts; returns the windows opened after each round (by round), over `bursts` bursts.
     fn windows_in_bursts(rounds: usize, within: Duration, apart: Duration) -> Vec<u32> {
@@ -170,14 +188,8 @@ mod tests {
     fn where_spinning_delays_the_next_batch_nearly_every_window_sleeps() {
         // A contended machine: a spun-through wait ends later than a slept one.
         let mut poll = LoadPoll::new(WINDOW);
-        let mut t = Instant::now();
-        let mut spun = 0;
-        for _ in 0..3200 {
-            let idle = batch_at(&mut poll, t);
-            let spinning = poll.spinning(idle + us(1));
-            spun += u32::from(spinning);
-            t = idle + if spinning { us(40) } else { us(25) };
-        }
+        let wait = |spinning| if spinning { us(40) } else { us(25) };
+        let (spun, _) = batches(&mut poll, Instant::now(), 3200, wait);
         let most = SpinPolicy::EXPLORE + 3200 / SpinPolicy::EXPLORE;
         assert!(spun <= most, "{spun} windows spun, more than {most}");
     }
@@ -185,17 +197,9 @@ mod tests {
     #[test]
     fn batches_back_to_back_keep_the_windows_opening() {
         let mut poll = LoadPoll::new(WINDOW);
-        let mut t = Instant::now();
-        let mut spun = 0;
         // The first two batches only start the streak.
-        for _ in 0..2 {
-            t = batch_at(&mut poll, t) + us(20);
-        }
-        for _ in 0..1000 {
-            let idle = batch_at(&mut poll, t);
-            spun += u32::from(poll.spinning(idle + us(1)));
-            t = idle + us(20);
-        }
+        let (_, t) = batches(&mut poll, Instant::now(), 2, |_| us(20));
+        let (spun, _) = batches(&mut poll, t, 1000, |_| us(20));
         // All but the waits the policy explores sleeping in.
         let exploring = 1000 / SpinPolicy::EXPLORE;
         assert!(spun >= 1000 - exploring - 1, "{spun} of 1000 windows spun");
