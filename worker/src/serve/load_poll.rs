@@ -14,8 +14,10 @@ use airlock_protocol::spin::SpinPolicy;
 /// none for bursts of two rounds, while one that pipelines steadily keeps the windows opening.
 const STREAK: u32 = 2;
 
-/// The polling window's state. Every method takes the time, so the rules can be checked
-/// without a clock.
+/// The polling window's state. The loop calls [`frames_in`](Self::frames_in) and
+/// [`turn`](Self::turn), which read the clock only while a batch or a window is under way, so a
+/// worker called one call at a time pays nothing for it; the rest take the time, so the rules
+/// can be checked without a clock.
 pub(super) struct LoadPoll {
     window: Duration,
     /// Spins through an open window only while spinning measures to pay, as in the
@@ -28,6 +30,8 @@ pub(super) struct LoadPoll {
     /// Batches in a row, up to [`STREAK`], whose first frame came within a window of the
     /// loop going idle after the one before: windows open once it reaches [`STREAK`].
     streak: u32,
+    /// The open window's end, until [`spinning`](Self::spinning) finds it past.
+    open_until: Option<Instant>,
 }
 
 impl LoadPoll {
@@ -38,11 +42,35 @@ impl LoadPoll {
             batch: false,
             idle_since: None,
             streak: 0,
+            open_until: None,
         }
     }
 
+    /// Frames came in: `together` when the turn found more than one.
+    pub(super) fn frames_in(&mut self, together: bool) {
+        if self.idle_since.is_some() {
+            self.frames_in_at(Instant::now(), together);
+        } else {
+            // No wait was measured since the last: nothing to time.
+            self.batch |= together;
+        }
+    }
+
+    /// A turn of the loop, `quiet` when it has nothing left to do but wait for the host:
+    /// whether to poll rather than sleep.
+    pub(super) fn turn(&mut self, quiet: bool) -> bool {
+        if !(quiet && self.batch) && self.open_until.is_none() {
+            return false;
+        }
+        let now = Instant::now();
+        if quiet {
+            self.idle(now);
+        }
+        self.spinning(now)
+    }
+
     /// Frames came in at `now`: `together` when the turn found more than one.
-    pub(super) fn frames_in(&mut self, now: Instant, together: bool) {
+    fn frames_in_at(&mut self, now: Instant, together: bool) {
         if let Some(since) = self.idle_since.take() {
             self.streak = if now.saturating_duration_since(since) < self.window {
                 (self.streak + 1).min(STREAK)
@@ -56,18 +84,23 @@ impl LoadPoll {
 
     /// The loop has answered everything and has nothing to do but wait for the host: after a
     /// batch, the window opens now, if batches have been coming close enough together.
-    pub(super) fn idle(&mut self, now: Instant) {
+    fn idle(&mut self, now: Instant) {
         if !std::mem::take(&mut self.batch) {
             return;
         }
         self.idle_since = Some(now);
         if self.streak >= STREAK {
-            self.policy.open(now, now + self.window, now);
+            let end = now + self.window;
+            self.policy.open(now, end, now);
+            self.open_until = Some(end);
         }
     }
 
     /// Whether to poll rather than sleep at `now`.
-    pub(super) fn spinning(&mut self, now: Instant) -> bool {
+    fn spinning(&mut self, now: Instant) -> bool {
+        if self.open_until.is_some_and(|end| now >= end) {
+            self.open_until = None;
+        }
         self.policy.spinning(now)
     }
 }
@@ -84,7 +117,7 @@ mod tests {
 
     /// Frames together at `t`, answered and idle at `t + 5 µs`.
     fn batch_at(poll: &mut LoadPoll, t: Instant) -> Instant {
-        poll.frames_in(t, true);
+        poll.frames_in_at(t, true);
         let idle = t + us(5);
         poll.idle(idle);
         idle
@@ -96,7 +129,7 @@ mod tests {
         let t = Instant::now();
         for i in 0..10 {
             let at = t + us(100 * i);
-            poll.frames_in(at, false);
+            poll.frames_in_at(at, false);
             poll.idle(at + us(5));
             assert!(!poll.spinning(at + us(6)));
         }
@@ -109,7 +142,7 @@ mod tests {
         for _ in 0..2 {
             t = batch_at(&mut poll, t) + us(20);
         }
-        poll.frames_in(t, true);
+        poll.frames_in_at(t, true);
         // Still answering them (a handler running): no window yet.
         assert!(!poll.spinning(t + us(1)));
         poll.idle(t + us(40));

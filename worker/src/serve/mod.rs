@@ -26,7 +26,7 @@ mod spin;
 mod tests;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_codec::Limits;
 use airlock_protocol::transport::{next_frame, FrameReceiver, Outgoing, Transport};
@@ -123,7 +123,7 @@ pub(crate) async fn serve_on<T: Transport>(
             Ok(_) => {
                 Spin::frame_in(&mut spin);
                 if let Some(load) = &mut load_poll {
-                    load.frames_in(Instant::now(), true);
+                    load.frames_in(true);
                 }
             }
             Err(end) => break end,
@@ -145,13 +145,7 @@ pub(crate) async fn serve_on<T: Transport>(
             && !outgoing.is_busy();
         let spinning = match (&mut spin, &mut load_poll) {
             (Some(spin), _) => spin.spinning(),
-            (None, Some(load)) => {
-                let now = Instant::now();
-                if quiet {
-                    load.idle(now);
-                }
-                load.spinning(now)
-            }
+            (None, Some(load)) => load.turn(quiet),
             (None, None) => false,
         };
         // A loop that owns its thread waits in the OS (one blocking `read`, or a `ppoll` and a
@@ -167,7 +161,7 @@ pub(crate) async fn serve_on<T: Transport>(
                 Ok(true) => {
                     Spin::frame_in(&mut spin);
                     if let Some(load) = &mut load_poll {
-                        load.frames_in(Instant::now(), false);
+                        load.frames_in(false);
                     }
                 }
                 Ok(false) => {}
