@@ -164,29 +164,34 @@ impl HostBuilder {
     /// A worker that found several frames ready at once (this host pipelining calls) polls
     /// its channel for up to `window` once it has answered them and has nothing else to do, so
     /// the host's next batch is taken in without a wake-up. Windows open only after two
-    /// batches in a row each came within a window of the worker going idle, and one that came
-    /// later stops them again: a host that sends a few rounds of calls and then pauses pays at
-    /// most the window after the last round. One frame alone never opens a window, so calls
+    /// batches in a row each came soon after the worker went idle (within the window if it
+    /// polled through the wait, within two if it slept through it, its wake-up included); a
+    /// later batch, or one after the worker went quiet last on a frame alone, starts the
+    /// count again. So a host that sends a few rounds of calls and then pauses pays at most
+    /// the window after a burst's last round. One frame alone never opens a window, so calls
     /// made one at a time are served as with it off (that is
     /// [`low_latency`](Self::low_latency)'s job; a call and its cancel read together count
     /// as two frames). With the low-latency mode on, its own windows, opened after every
     /// frame, replace these. Off in a worker that may run on one CPU only; through an open
-    /// window the worker sleeps instead while it measures the next batch to come later when
-    /// it spins than when it sleeps ([`SpinPolicy`](airlock_protocol::spin::SpinPolicy)), as
-    /// on CPUs kept busy by other work. The host itself never polls for it.
+    /// window the worker sleeps instead while its
+    /// [`SpinPolicy`](airlock_protocol::spin::SpinPolicy) measures spun-through waits more
+    /// than a quarter longer than slept-through ones, as on CPUs kept busy by other work.
+    /// The host itself never polls for it.
     ///
     /// Cost: up to `window` of one CPU after each batch the worker answers, while batches
     /// keep coming close together. Under steady pipelined load it saves more CPU than it
     /// spends: on the 2-vCPU development VM, 300,000 calls 256 at a time on a 2-thread host
-    /// took 0.96–1.07 µs each and 526–580 ms of CPU across both processes with it, against
-    /// 1.46–1.51 µs and 657–682 ms with a worker that ignores it (`BENCHMARKS.md`,
-    /// "Pipelined"). A host that sends calls together steadily, but with gaps of up to a
-    /// window between them, can keep its worker's CPU busier than without it, which a
+    /// took 1.13–1.36 µs each and 589–728 ms of CPU across both processes with it, against
+    /// 1.34–1.54 µs and 685–723 ms with a worker that ignores it, with less than two thirds
+    /// of the context switches (three rounds; `BENCHMARKS.md`, "Pipelined"). A host that
+    /// sends calls together steadily, but with gaps of up to a window between them, can keep
+    /// its worker's CPU busier than without it, which a
     /// [`Confinement::cpu_time`](crate::Confinement::cpu_time) limit counts. The rule for a
     /// `Pool` does not see other hosts: several `Host`s whose workers outnumber the CPUs, each
     /// busy beside work of the host's own, can make fewer calls a second with it on
-    /// (`BENCHMARKS.md`); turn it off there. The worker learns the window from `AIRLOCK_LOAD_POLL_MICROS` in its
-    /// environment (`PROTOCOL.md`); one not built on `airlock-worker` may ignore it.
+    /// (`BENCHMARKS.md`); turn it off there. The worker learns the window from
+    /// `AIRLOCK_LOAD_POLL_MICROS` in its environment (`PROTOCOL.md`); one not built on
+    /// `airlock-worker` may ignore it.
     #[must_use]
     pub fn poll_under_load(mut self, window: Option<Duration>) -> Self {
         self.settings.poll_under_load = Some(window);

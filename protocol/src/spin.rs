@@ -24,7 +24,7 @@
 //! host) polls for the next ones for a short window ([`LOAD_POLL_ENV`], default
 //! [`DEFAULT_LOAD_POLL`]) once it has answered them, before it sleeps. A single frame never
 //! opens that window, so calls made one at a time cost what they cost without it, and windows
-//! open only while batches keep coming within a window of each other. Under pipelined load the worker then takes in the host's next batch
+//! open only while batches keep coming soon after the worker goes idle. Under pipelined load the worker then takes in the host's next batch
 //! without a wake-up; on a machine where waking a sleeping process takes tens of microseconds
 //! (a VM), that wake-up, not CPU, is what limits the rate, and polling costs less CPU than the
 //! wake-ups it saves (`BENCHMARKS.md`, "Pipelined"). The same rules apply: off when the worker
