@@ -79,12 +79,7 @@ fn worker_at(rev: &str, target: &std::path::Path) -> Result<std::path::PathBuf> 
     let base = target.join("bench-compare");
     let tree = base.join("tree");
     if tree.exists() {
-        run::run(
-            std::process::Command::new("git")
-                .args(["worktree", "remove", "--force"])
-                .arg(&tree)
-                .current_dir(run::root()),
-        )?;
+        remove_worktree(&tree)?;
     }
     run::run(
         std::process::Command::new("git")
@@ -107,5 +102,17 @@ fn worker_at(rev: &str, target: &std::path::Path) -> Result<std::path::PathBuf> 
         .current_dir(&tree)
         .env("CARGO_TARGET_DIR", &build_target),
     )?;
+    // The binary is built outside the tree: the worktree goes, so the repository is left with
+    // none but its own.
+    remove_worktree(&tree)?;
     Ok(build_target.join("release").join("airlock-worker"))
+}
+
+fn remove_worktree(tree: &std::path::Path) -> Result<()> {
+    run::run(
+        std::process::Command::new("git")
+            .args(["worktree", "remove", "--force"])
+            .arg(tree)
+            .current_dir(run::root()),
+    )
 }
