@@ -195,10 +195,7 @@ mod tests {
     #[test]
     fn frames_together_open_the_window_once_answered_and_it_closes() {
         let mut poll = LoadPoll::new(WINDOW);
-        let mut t = Instant::now();
-        for _ in 0..2 {
-            t = batch_at(&mut poll, t) + us(20);
-        }
+        let (_, t) = batches(&mut poll, Instant::now(), 2, |_| us(20));
         poll.frames_in_at(t, true);
         // Still answering them (a handler running): no window yet.
         assert!(!poll.spinning(t + us(1)));
@@ -313,10 +310,7 @@ mod tests {
     #[test]
     fn a_window_read_no_clock_once_closed() {
         let mut poll = LoadPoll::new(WINDOW);
-        let mut t = Instant::now();
-        for _ in 0..3 {
-            t = batch_at(&mut poll, t) + us(20);
-        }
+        let (_, t) = batches(&mut poll, Instant::now(), 3, |_| us(20));
         assert!(poll.open_until.is_some());
         assert!(!poll.spinning(t + WINDOW));
         assert!(
