@@ -74,8 +74,9 @@
 //!   against 9.96 µs; the bundled worker does; its docs say when a worker must not).
 //! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs.
 //! - [`HostBuilder::poll_under_load`] (on by default) lets a worker poll for a pipelining
-//!   host's next batch instead of sleeping: 16 calls in flight made 1.73× the calls a second
-//!   of a worker without it, 256 in flight 1.16× (run 44 of `BENCHMARKS.md`, one run).
+//!   host's next batch instead of sleeping: 16 calls in flight made 1.54–1.73× the calls a
+//!   second of a worker without it, 256 in flight 1.14–1.16× (runs 44 and 45 of
+//!   `BENCHMARKS.md`).
 //! - A confined spawn forks the host, so it grows with the host's memory: start a [`Pool`]
 //!   early in a large host. A `Pool` spawns its workers concurrently: four take about three
 //!   quarters of the time of four in a row, in a host of a few MiB as in one of 200 MiB.
