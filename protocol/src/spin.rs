@@ -173,6 +173,13 @@ impl SpinPolicy {
         self.exploring.unwrap_or_else(|| self.favoured())
     }
 
+    /// Whether a window is open: opened and not yet found past its end by
+    /// [`spinning`](Self::spinning). A side that reads the clock only for its windows can skip
+    /// it while this is false.
+    pub fn window_open(&self) -> bool {
+        self.end.is_some()
+    }
+
     /// A message arrived at `now`: the first since the window opened or was extended ends
     /// the wait being measured.
     pub fn arrived(&mut self, now: Instant) {

@@ -38,8 +38,6 @@ pub(super) struct LoadPoll {
     /// Batches in a row, up to [`STREAK`], whose first frame came within a window of the
     /// loop going idle after the one before: windows open once it reaches [`STREAK`].
     streak: u32,
-    /// The open window's end, until [`spinning`](Self::spinning) finds it past.
-    open_until: Option<Instant>,
     /// The loop spun through the current wait (since it last went idle after a batch).
     spun: bool,
     /// The wait before the frames that came since the loop was last quiet was timed: a batch
@@ -56,7 +54,6 @@ impl LoadPoll {
             batch: false,
             idle_since: None,
             streak: 0,
-            open_until: None,
             spun: false,
             timed: false,
         }
@@ -64,47 +61,20 @@ impl LoadPoll {
 
     /// Frames came in: `together` when the turn found more than one.
     pub(super) fn frames_in(&mut self, together: bool) {
-        if self.idle_since.is_some() {
-            self.frames_in_at(Instant::now(), together);
-        } else {
-            self.untimed_frames_in(together);
-        }
+        self.frames_in_with(together, Instant::now);
     }
 
-    /// Frames came in with no wait to time.
-    fn untimed_frames_in(&mut self, together: bool) {
-        if together && !self.timed {
-            self.streak = 0;
-        }
-        self.batch |= together;
-    }
-
-    /// A turn of the loop, `quiet` when it has nothing left to do but wait for the host:
-    /// whether to poll rather than sleep.
-    pub(super) fn turn(&mut self, quiet: bool) -> bool {
-        self.turn_with(quiet, Instant::now).unwrap_or(false)
-    }
-
-    /// [`turn`](Self::turn), with the clock `now` read only if needed: `None` when it was not.
-    fn turn_with(&mut self, quiet: bool, now: impl FnOnce() -> Instant) -> Option<bool> {
-        if quiet {
-            self.timed = false;
-        }
-        if !(quiet && self.batch) && self.open_until.is_none() {
-            return None;
-        }
-        let now = now();
-        if quiet {
-            self.idle(now);
-        }
-        Some(self.spinning(now))
-    }
-
-    /// Frames came in at `now`: `together` when the turn found more than one.
-    fn frames_in_at(&mut self, now: Instant, together: bool) {
+    /// [`frames_in`](Self::frames_in), with the clock `now` read only if a wait is timed.
+    fn frames_in_with(&mut self, together: bool, now: impl FnOnce() -> Instant) {
         let Some(since) = self.idle_since.take() else {
-            return self.untimed_frames_in(together);
+            // No wait to time: a batch the loop cannot judge starts the count again.
+            if together && !self.timed {
+                self.streak = 0;
+            }
+            self.batch |= together;
+            return;
         };
+        let now = now();
         let reach = if self.spun {
             self.window
         } else {
@@ -120,6 +90,28 @@ impl LoadPoll {
         self.batch |= together;
     }
 
+    /// A turn of the loop, `quiet` when it has nothing left to do but wait for the host:
+    /// whether to poll rather than sleep.
+    pub(super) fn turn(&mut self, quiet: bool) -> bool {
+        self.turn_with(quiet, Instant::now).unwrap_or(false)
+    }
+
+    /// [`turn`](Self::turn), with the clock `now` read only if needed: `None` when it was not.
+    fn turn_with(&mut self, quiet: bool, now: impl FnOnce() -> Instant) -> Option<bool> {
+        if quiet {
+            self.timed = false;
+        }
+        let under_way = self.policy.window_open() || (quiet && self.batch);
+        if !under_way {
+            return None;
+        }
+        let now = now();
+        if quiet {
+            self.idle(now);
+        }
+        Some(self.spinning(now))
+    }
+
     /// The loop has answered everything and has nothing to do but wait for the host: after a
     /// batch, the window opens now, if batches have been coming close enough together.
     fn idle(&mut self, now: Instant) {
@@ -131,15 +123,11 @@ impl LoadPoll {
         if self.streak >= STREAK {
             let end = now + self.window;
             self.policy.open(now, end, now);
-            self.open_until = Some(end);
         }
     }
 
     /// Whether to poll rather than sleep at `now`.
     fn spinning(&mut self, now: Instant) -> bool {
-        if self.open_until.is_some_and(|end| now >= end) {
-            self.open_until = None;
-        }
         let spinning = self.policy.spinning(now);
         self.spun |= spinning;
         spinning
@@ -163,12 +151,8 @@ mod tests {
         }
 
         /// [`LoadPoll::frames_in`] at `now`.
-        fn frames_in_with(&mut self, now: Instant, together: bool) {
-            if self.idle_since.is_some() {
-                self.frames_in_at(now, together);
-            } else {
-                self.untimed_frames_in(together);
-            }
+        fn frames_in_at(&mut self, now: Instant, together: bool) {
+            self.frames_in_with(together, || now);
         }
     }
 
@@ -296,12 +280,12 @@ mod tests {
         let mut t = Instant::now();
         for burst in 0..50 {
             // The first frame, then the others already behind it (the loop's order).
-            poll.frames_in_with(t, false);
-            poll.frames_in_with(t, true);
+            poll.frames_in_at(t, false);
+            poll.frames_in_at(t, true);
             let spinning = poll.turn_at(t + us(5), true);
             assert_ne!(spinning, Some(true), "a window after burst {burst}'s batch");
             let alone = t + us(25);
-            poll.frames_in_with(alone, false);
+            poll.frames_in_at(alone, false);
             let _ = poll.turn_at(alone + us(5), true);
             t = alone + us(1000);
         }
@@ -311,14 +295,17 @@ mod tests {
     fn a_window_read_no_clock_once_closed() {
         let mut poll = LoadPoll::new(WINDOW);
         let (_, t) = batches(&mut poll, Instant::now(), 3, |_| us(20));
-        assert!(poll.open_until.is_some());
+        assert!(poll.policy.window_open());
         assert!(!poll.spinning(t + WINDOW));
         assert!(
-            poll.open_until.is_none(),
+            !poll.policy.window_open(),
             "closed: the next turns need no clock"
         );
         // Quiet, with no batch and no window: the turn decides without the clock.
         assert_eq!(poll.turn_at(t + WINDOW, true), None);
+        // A frame alone after the timed one: nothing to time, no clock.
+        poll.frames_in_at(t + WINDOW, false);
+        poll.frames_in_with(false, || panic!("the clock was read for a frame alone"));
     }
 
     #[test]
