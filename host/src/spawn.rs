@@ -69,6 +69,19 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
+/// The channel of a host in the low-latency mode, able to [`read_now`](FrameReceiver::read_now):
+/// its reader spins so on a multi-thread runtime (`connection::reader_spin`). That takes a
+/// duplicate of the channel's descriptor, so other hosts keep to one.
+fn reading_directly_if_spinning<R: std::os::fd::AsFd, W>(
+    transport: airlock_transport_pipe::StreamTransport<R, W>,
+    settings: &Settings,
+) -> Result<airlock_transport_pipe::StreamTransport<R, W>, SpawnError> {
+    if airlock_protocol::spin::effective_window(settings.low_latency).is_none() {
+        return Ok(transport);
+    }
+    transport.with_direct_reads().map_err(SpawnError::Transport)
+}
+
 /// Step 1, the command of a confined worker: its own process group, a cleared environment
 /// holding only what the caller added and what the confinement needs, stderr captured. The
 /// confinement itself enters the working directory.
@@ -634,11 +647,10 @@ async fn connect(
             let size = pipe_buffer_size();
             enlarge_pipe(&stdin, size);
             enlarge_pipe(&stdout, size);
-            Ok(Connected::new(StreamTransport::new(
-                stdout,
-                stdin,
-                stream_config(settings),
-            )))
+            let transport = StreamTransport::new(stdout, stdin, stream_config(settings));
+            Ok(Connected::new(reading_directly_if_spinning(
+                transport, settings,
+            )?))
         }
         #[cfg(feature = "socket")]
         Channel::Inherited {
@@ -648,7 +660,9 @@ async fn connect(
             // Our copy of the child's end must go, or the worker exiting is never seen as the
             // end of the stream.
             drop(child_end);
-            Ok(Connected::new(transport))
+            Ok(Connected::new(reading_directly_if_spinning(
+                transport, settings,
+            )?))
         }
         #[cfg(feature = "socket")]
         Channel::Named(listener) => {
@@ -661,7 +675,8 @@ async fn connect(
             };
             match listener.accept_worker(expectation, deadline).await {
                 Ok(accepted) => {
-                    let mut connected = Connected::new(accepted.transport);
+                    let mut connected =
+                        Connected::new(reading_directly_if_spinning(accepted.transport, settings)?);
                     connected.hello = Some(accepted.hello);
                     connected.token = Some(token);
                     Ok(connected)

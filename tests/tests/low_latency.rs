@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use airlock_host::{ConfigError, Host, Pool, SpawnError};
-use airlock_tests::e2e::worker_bin;
-use airlock_worker::builtin::{Env, Sum};
+use airlock_host::{CallError, ConfigError, Host, LostReason, Pool, SpawnError, TransportChoice};
+use airlock_tests::e2e::{fast_restarts, rogue_host_in, worker_bin, ScratchDir};
+use airlock_worker::builtin::{Echo, Env, Sleep, Sum};
+use serde_bytes::ByteBuf;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usual() {
@@ -21,6 +22,63 @@ async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usua
     assert_eq!(window, expected, "one CPU: spinning is off");
     pipelined_sums_answer(&host, 200).await;
     host.shutdown().await;
+}
+
+const TRANSPORTS: [TransportChoice; 3] = [
+    TransportChoice::Pipe,
+    TransportChoice::SocketInherited,
+    TransportChoice::SocketNamed,
+];
+
+/// On a multi-thread runtime the host's reader polls the channel itself while it spins, over
+/// each transport: calls made one at a time answer in order, so does one answered after its
+/// window closed, and a worker that exits while the reader polls fails its call exactly as
+/// without the mode, and a fresh worker serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_polling_its_channel_in_place_answers_every_call_and_sees_its_worker_exit() {
+    let window = Duration::from_millis(10);
+    for transport in TRANSPORTS {
+        let host = Host::builder(worker_bin())
+            .transport(transport)
+            .low_latency(window)
+            .spawn()
+            .await
+            .unwrap();
+        for i in 0..500 {
+            assert_eq!(
+                host.call::<Sum>(&vec![i, 1]).await,
+                Ok(i + 1),
+                "{transport:?}"
+            );
+        }
+        assert_eq!(host.call::<Sleep>(&30).await, Ok(30), "{transport:?}");
+        pipelined_sums_answer(&host, 200).await;
+        host.shutdown().await;
+
+        let scratch = ScratchDir::new("low-latency");
+        let marker = scratch.join("exit-once");
+        let host = rogue_host_in(&scratch)
+            .transport(transport)
+            .low_latency(window)
+            .arg("exit_mid_call")
+            .env("ROGUE_ONCE", &marker)
+            .restart_policy(fast_restarts(5))
+            .spawn()
+            .await
+            .unwrap();
+        let payload = ByteBuf::from(b"first".to_vec());
+        let exited = tokio::time::timeout(Duration::from_secs(30), host.call::<Echo>(&payload))
+            .await
+            .unwrap_or_else(|_| panic!("{transport:?}: the call outlived its worker"));
+        match exited {
+            Err(CallError::WorkerLost(LostReason::Exited(info))) => {
+                assert_eq!(info.code, Some(3), "{transport:?}");
+            }
+            other => panic!("{transport:?}: expected WorkerLost(Exited), got {other:?}"),
+        }
+        assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
+        host.shutdown().await;
+    }
 }
 
 /// `n` calls made at once, each answered with its own sum.

@@ -53,7 +53,7 @@ pub struct StreamTransport<R, W> {
     reader: R,
     writer: W,
     config: StreamConfig,
-    wait_fd: Option<OwnedFd>,
+    direct_fd: Option<OwnedFd>,
     wait_reads_block: bool,
     /// Bytes the reader took while setting up the wait
     /// ([`PipeReader::make_description_blocking`]), handed to the receiver's decoder before
@@ -72,7 +72,7 @@ where
             reader,
             writer,
             config,
-            wait_fd: None,
+            direct_fd: None,
             wait_reads_block: false,
             early: Vec::new(),
         }
@@ -81,10 +81,21 @@ where
 
 impl<R: AsFd, W> StreamTransport<R, W> {
     /// Lets the receiver wait for input without its runtime, on a duplicate of the reader's
-    /// descriptor ([`FrameReceiver::wait_blocking`]): for a loop that owns its thread. Fails
-    /// only if the descriptor cannot be duplicated.
-    pub fn with_blocking_wait(mut self) -> std::io::Result<Self> {
-        self.wait_fd = Some(rustix::io::fcntl_dupfd_cloexec(self.reader.as_fd(), 3)?);
+    /// descriptor ([`FrameReceiver::wait_blocking`]): for a loop that owns its thread. It can
+    /// then also [`read_now`](FrameReceiver::read_now). Fails only if the descriptor cannot be
+    /// duplicated.
+    pub fn with_blocking_wait(self) -> std::io::Result<Self> {
+        self.with_direct_reads()
+    }
+
+    /// Lets the receiver read without its runtime ([`FrameReceiver::read_now`]), on a
+    /// duplicate of the reader's descriptor, which stays non-blocking: for a loop that polls
+    /// for input on a thread it shares with other tasks. Fails only if the descriptor cannot
+    /// be duplicated.
+    pub fn with_direct_reads(mut self) -> std::io::Result<Self> {
+        if self.direct_fd.is_none() {
+            self.direct_fd = Some(rustix::io::fcntl_dupfd_cloexec(self.reader.as_fd(), 3)?);
+        }
         Ok(self)
     }
 }
@@ -121,7 +132,7 @@ where
                 reader: self.reader,
                 decoder,
                 scratch: Vec::new(),
-                wait_fd: self.wait_fd,
+                direct_fd: self.direct_fd,
                 wait_reads_block: self.wait_reads_block,
                 deferred: None,
             },
@@ -147,8 +158,9 @@ pub struct StreamReceiver<R> {
     /// use, [`READ_CHUNK`] bytes): one large read serves many small frames, and the decoder's
     /// buffer never needs spare capacity for them.
     scratch: Vec<u8>,
-    /// See [`StreamTransport::with_blocking_wait`].
-    wait_fd: Option<OwnedFd>,
+    /// A duplicate of the reader's descriptor, for reads and waits without the runtime
+    /// ([`StreamTransport::with_direct_reads`], [`StreamTransport::with_blocking_wait`]).
+    direct_fd: Option<OwnedFd>,
     /// The wait's descriptor is blocking, and the reader's own reads never block on it
     /// ([`StreamTransport::with_blocking_read`]): the wait is one `read`, with no poll first.
     wait_reads_block: bool,
@@ -322,8 +334,45 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         self.decoder.set_max_frame(max_frame);
     }
 
+    fn read_now(&mut self) -> bool {
+        if !self.reads_now() {
+            return false;
+        }
+        // Something to go on with already: a whole prefix or frame, a refused one, or a kept
+        // error, all for `poll_recv`.
+        let wanted = self.decoder.wanted();
+        if wanted == 0 || self.deferred.is_some() {
+            return true;
+        }
+        // The rest of a large frame: `poll_recv` reads it into the frame's own buffer.
+        if wanted > READ_CHUNK {
+            return false;
+        }
+        let Some(fd) = self.direct_fd.as_ref() else {
+            return false;
+        };
+        // Bytes join the decoder, an error is kept for `poll_recv`, and the end of the stream
+        // (a read of 0) is met again by `poll_recv`'s own read once the runtime sees it.
+        match rustix::io::read(fd, scratch_buffer(&mut self.scratch)) {
+            Ok(read) => {
+                self.keep_scratch(read);
+                true
+            }
+            Err(Errno::AGAIN | Errno::INTR) => false,
+            Err(err) => {
+                self.deferred = Some(err.into());
+                true
+            }
+        }
+    }
+
+    fn reads_now(&self) -> bool {
+        // A blocking description (`with_blocking_read`) would make the read wait.
+        self.direct_fd.is_some() && !self.wait_reads_block
+    }
+
     fn wait_blocking(&mut self) -> bool {
-        let Some(fd) = self.wait_fd.as_ref() else {
+        let Some(fd) = self.direct_fd.as_ref() else {
             return false;
         };
         // Nothing wanted: the decoder has bytes to go on with (a whole frame or prefix, or a
@@ -344,7 +393,7 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
                     // A system call this process may not make (a seccomp filter) or any other
                     // failure: it waits through the runtime from now on.
                     Err(_) => {
-                        self.wait_fd = None;
+                        self.direct_fd = None;
                         return false;
                     }
                 }

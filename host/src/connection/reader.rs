@@ -14,7 +14,7 @@ use airlock_protocol::{AbortReason, CloseReason, TransportError};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::reader_spin::{ReaderSpin, Turn};
+use super::reader_spin::{Polling, ReaderSpin, Turn};
 use super::{Core, Live, Party, ReaderTurn, Returned, Settled};
 use crate::reply::{Decoded, Replier};
 use crate::response::ResponseDecoding;
@@ -283,7 +283,9 @@ pub(crate) async fn read_frames(
     budget: Arc<UpdateBudget>,
 ) {
     let mut raised = false;
-    let mut spin = live.spin.map(ReaderSpin::new);
+    let mut spin = live
+        .spin
+        .map(|window| ReaderSpin::new(window, Polling::for_reader(&*receiver)));
     let in_turn = limits.with_items_at_most(ITEMS_IN_TURN);
     let mut taken = VecDeque::with_capacity(TURN_FRAMES);
     let mut decoded = Vec::with_capacity(TURN_FRAMES);
@@ -292,8 +294,9 @@ pub(crate) async fn read_frames(
             // Low-latency mode: for a window after each call begins, poll for the worker's
             // frames instead of sleeping until they arrive (`HostBuilder::low_latency`), while
             // it pays.
-            let (spinning, awaits_grant) = match spin.as_mut().map(|spin| spin.turn(&live)) {
-                None | Some(Turn::Sleep) => (false, false),
+            let turn = spin.as_mut().map(|spin| spin.turn(&live, &mut *receiver));
+            let (spinning, awaits_grant) = match turn {
+                None | Some(Turn::Sleep | Turn::Arrived) => (false, false),
                 Some(Turn::Spin) => (true, false),
                 Some(Turn::SleepUntilGranted) => (false, true),
                 Some(Turn::LookAgain) => continue,

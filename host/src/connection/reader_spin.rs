@@ -1,18 +1,57 @@
 //! The reader's side of the low-latency mode (`HostBuilder::low_latency`): whether a turn of
-//! the reader's loop spins, sleeps, or sleeps until the next call grants a window.
+//! the reader's loop spins, sleeps, or sleeps until the next call grants a window, and how it
+//! spins on the runtime it runs on ([`Polling`]).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use airlock_protocol::spin::SpinPolicy;
+use airlock_protocol::transport::FrameReceiver;
 
 use super::Live;
+
+/// Longest the reader polls in place before it lets its thread's other tasks and the runtime's
+/// I/O and timers run: tokio's own advice for the time between two yields (10–100 µs).
+pub(super) const IN_PLACE_SLICE: Duration = Duration::from_micros(20);
+
+/// How the reader polls while it spins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Polling {
+    /// By yielding to the runtime, which looks for the worker's frames as it polls its I/O.
+    /// On a current-thread runtime: its other tasks run between looks.
+    Yielding,
+    /// By reading the channel itself ([`FrameReceiver::read_now`]), up to
+    /// [`IN_PLACE_SLICE`] at a time. On a multi-thread runtime, where a task that yields over
+    /// and over keeps its threads waking one another: two busy host threads and a spinning
+    /// worker on two CPUs starve each other, and one call at a time took about three times as
+    /// long as without the mode (BENCHMARKS.md, "Low-latency mode").
+    InPlace,
+}
+
+impl Polling {
+    /// How a reader of `receiver` on the current runtime polls.
+    pub(super) fn for_reader(receiver: &dyn FrameReceiver) -> Self {
+        let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+            matches!(
+                runtime.runtime_flavor(),
+                tokio::runtime::RuntimeFlavor::MultiThread
+            )
+        });
+        if multi_thread && receiver.reads_now() {
+            Self::InPlace
+        } else {
+            Self::Yielding
+        }
+    }
+}
 
 /// What the reader does this turn of its loop, in the low-latency mode.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Turn {
-    /// Poll again instead of sleeping.
+    /// Yield, then turn again, instead of sleeping.
     Spin,
+    /// Input came while the reader polled in place: take it.
+    Arrived,
     /// Sleep until a frame comes.
     Sleep,
     /// Sleep until a frame comes or a call grants a window (`Live::grant_wake`).
@@ -26,15 +65,22 @@ pub(super) enum Turn {
 pub(super) struct ReaderSpin {
     window: Duration,
     policy: SpinPolicy,
+    polling: Polling,
+    /// The reader has yielded since it last took frames. Polling in place waits for this: the
+    /// callers those frames answered were woken into this thread's own slot, which no other
+    /// thread takes from, so they run (and begin their next calls) only once the reader yields.
+    yielded_since_frames: bool,
     /// The latest grant seen, as [`Live::granted_until`] gives it.
     seen: u64,
 }
 
 impl ReaderSpin {
-    pub(super) fn new(window: Duration) -> Self {
+    pub(super) fn new(window: Duration, polling: Polling) -> Self {
         Self {
             window,
             policy: SpinPolicy::default(),
+            polling,
+            yielded_since_frames: false,
             seen: 0,
         }
     }
@@ -50,12 +96,31 @@ impl ReaderSpin {
         }
     }
 
-    /// This turn of the reader's loop: a look at the windows granted, then what follows.
-    pub(super) fn turn(&mut self, live: &Live) -> Turn {
+    /// This turn of the reader's loop: a look at the windows granted, polling in place while
+    /// one is spun through (where the reader does), then what follows.
+    pub(super) fn turn(&mut self, live: &Live, receiver: &mut dyn FrameReceiver) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
-        let spinning = self.policy.spinning(now);
-        self.after_look(live, spinning)
+        let mut spinning = self.policy.spinning(now);
+        if spinning && self.polling == Polling::InPlace && self.yielded_since_frames {
+            let slice_end = now + IN_PLACE_SLICE;
+            loop {
+                if receiver.read_now() {
+                    return Turn::Arrived;
+                }
+                std::hint::spin_loop();
+                let now = Instant::now();
+                spinning = self.policy.spinning(now);
+                if !spinning || now >= slice_end {
+                    break;
+                }
+            }
+        }
+        let turn = self.after_look(live, spinning);
+        if turn == Turn::Spin {
+            self.yielded_since_frames = true;
+        }
+        turn
     }
 
     /// What follows a look that found the reader `spinning` or not. Asleep but willing to
@@ -79,6 +144,7 @@ impl ReaderSpin {
         let now = Instant::now();
         self.observe(live, now);
         self.policy.arrived(now);
+        self.yielded_since_frames = false;
     }
 }
 
@@ -89,10 +155,144 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_millis(1);
 
+    /// A channel the reader may read in place: its input comes at the `ready_at`-th look.
+    struct Channel {
+        looks: usize,
+        ready_at: Option<usize>,
+        reads_now: bool,
+    }
+
+    impl Channel {
+        fn empty() -> Self {
+            Self::ready_at(None)
+        }
+
+        fn ready_at(ready_at: Option<usize>) -> Self {
+            Self {
+                looks: 0,
+                ready_at,
+                reads_now: true,
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl FrameReceiver for Channel {
+        fn poll_recv(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<Option<bytes::Bytes>, airlock_protocol::TransportError>>
+        {
+            std::task::Poll::Pending
+        }
+
+        fn read_now(&mut self) -> bool {
+            self.looks += 1;
+            self.ready_at.is_some_and(|at| self.looks >= at)
+        }
+
+        fn reads_now(&self) -> bool {
+            self.reads_now
+        }
+    }
+
+    #[test]
+    fn a_reader_on_a_multi_thread_runtime_polls_in_place_where_its_channel_can_be_read_so() {
+        let on = |flavor: &str, channel: &Channel| {
+            let runtime = match flavor {
+                "multi" => tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .build(),
+                _ => tokio::runtime::Builder::new_current_thread().build(),
+            };
+            let _inside = runtime.unwrap().enter();
+            Polling::for_reader(channel)
+        };
+        let readable = Channel::empty();
+        let unreadable = Channel {
+            reads_now: false,
+            ..Channel::empty()
+        };
+        assert_eq!(on("multi", &readable), Polling::InPlace);
+        assert_eq!(on("multi", &unreadable), Polling::Yielding);
+        assert_eq!(on("current", &readable), Polling::Yielding);
+    }
+
+    #[test]
+    fn in_place_the_reader_yields_once_after_frames_then_reads_the_channel_itself() {
+        // Long enough that no pause of the test's thread closes it.
+        let window = Duration::from_secs(10);
+        let live = Live::new(Some(window));
+        let mut spin = ReaderSpin::new(window, Polling::InPlace);
+        let mut channel = Channel::ready_at(Some(3));
+        live.grant_spin();
+        // Frames were just taken: the callers they answered run first.
+        spin.frame_in(&live);
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(channel.looks, 0, "it yielded without reading");
+        // Then it polls the channel itself until the input comes.
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Arrived);
+        assert_eq!(channel.looks, 3);
+        // Taking it, it yields again before its next look.
+        spin.frame_in(&live);
+        live.grant_spin();
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(channel.looks, 3);
+    }
+
+    #[test]
+    fn in_place_the_reader_yields_after_each_slice_and_sleeps_once_the_window_closes() {
+        // Many slices long, so that a pause of the test's thread leaves some of it.
+        let window = Duration::from_millis(200);
+        let live = Live::new(Some(window));
+        let mut spin = ReaderSpin::new(window, Polling::InPlace);
+        let mut channel = Channel::empty();
+        live.grant_spin();
+        let granted = Instant::now();
+        assert_eq!(
+            spin.turn(&live, &mut channel),
+            Turn::Spin,
+            "the first yield"
+        );
+        let mut slices = 0;
+        let last = loop {
+            let before = Instant::now();
+            match spin.turn(&live, &mut channel) {
+                Turn::Spin => {
+                    slices += 1;
+                    assert!(before.elapsed() >= IN_PLACE_SLICE, "a slice cut short");
+                }
+                other => break other,
+            }
+        };
+        assert!(slices >= 1, "no slice ended in a yield");
+        assert!(granted.elapsed() >= window, "it stopped inside the window");
+        assert_eq!(
+            last,
+            Turn::SleepUntilGranted,
+            "it sleeps, to be woken by the next call"
+        );
+        let looks = channel.looks;
+        assert_eq!(spin.turn(&live, &mut channel), Turn::SleepUntilGranted);
+        assert_eq!(channel.looks, looks, "no look once the window is closed");
+    }
+
+    #[test]
+    fn yielding_the_reader_never_reads_the_channel_itself() {
+        let live = Live::new(Some(WINDOW));
+        let mut spin = ReaderSpin::new(WINDOW, Polling::Yielding);
+        let mut channel = Channel::ready_at(Some(1));
+        live.grant_spin();
+        for _ in 0..3 {
+            assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        }
+        assert_eq!(channel.looks, 0);
+    }
+
     #[test]
     fn a_grant_made_between_the_readers_look_and_its_flag_sends_it_round_again() {
         let live = Live::new(Some(WINDOW));
-        let mut spin = ReaderSpin::new(WINDOW);
+        let mut spin = ReaderSpin::new(WINDOW, Polling::Yielding);
         // The look: no window yet, so no spinning (nothing measured yet: it would spin).
         let now = Instant::now();
         spin.observe(&live, now);
@@ -102,7 +302,7 @@ mod tests {
         assert!(now_or_never(live.grant_wake.notified()).is_none());
         assert_eq!(spin.after_look(&live, false), Turn::LookAgain);
         assert_eq!(
-            spin.turn(&live),
+            spin.turn(&live, &mut Channel::empty()),
             Turn::Spin,
             "and the next turn spins through it"
         );
@@ -111,8 +311,11 @@ mod tests {
     #[test]
     fn a_grant_made_after_the_reader_flags_that_it_sleeps_wakes_it() {
         let live = Live::new(Some(WINDOW));
-        let mut spin = ReaderSpin::new(WINDOW);
-        assert_eq!(spin.turn(&live), Turn::SleepUntilGranted);
+        let mut spin = ReaderSpin::new(WINDOW, Polling::Yielding);
+        assert_eq!(
+            spin.turn(&live, &mut Channel::empty()),
+            Turn::SleepUntilGranted
+        );
         live.grant_spin();
         // The wait the reader is about to enter (or is in) completes.
         assert!(now_or_never(live.grant_wake.notified()).is_some());
