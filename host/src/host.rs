@@ -144,8 +144,11 @@ impl HostBuilder {
     /// time the peer needs to answer: with two busy processes beside host and worker on the
     /// 2-vCPU development VM, small calls took 34 µs with the mode on, 41–46 µs with it off,
     /// and 30–83 µs (median 68) with the mode on before this rule (six interleaved rounds). A
-    /// host's reader that sleeps when a call begins is woken by it if it would spin. A worker
-    /// learns the window from
+    /// host's reader that sleeps when a call begins is woken by it if it would spin. On a
+    /// multi-thread runtime (`#[tokio::main]`'s default) the reader polls its channel itself
+    /// with non-blocking reads, in slices of at most 20 µs between turns of the runtime, on a
+    /// second descriptor of the channel that the mode adds; on a current-thread runtime it
+    /// yields to the runtime between looks. A worker learns the window from
     /// `AIRLOCK_SPIN_MICROS` in its environment (`PROTOCOL.md`); one not built on
     /// `airlock-worker` may ignore it.
     #[must_use]

@@ -69,17 +69,22 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
-/// The channel of a host in the low-latency mode, able to [`read_now`](FrameReceiver::read_now):
-/// its reader spins so on a multi-thread runtime (`connection::reader_spin`). That takes a
-/// duplicate of the channel's descriptor, so other hosts keep to one.
+/// The channel of a host in the low-latency mode on a multi-thread runtime, made able to
+/// [`read_now`](FrameReceiver::read_now): its reader polls it so while it spins
+/// (`connection::reader_spin`). That takes a duplicate of the channel's descriptor, so other
+/// hosts keep to one; where the duplicate cannot be made (no descriptor left), the reader
+/// spins by yielding instead, as on a current-thread runtime.
 fn reading_directly_if_spinning<R: std::os::fd::AsFd, W>(
     transport: airlock_transport_pipe::StreamTransport<R, W>,
     settings: &Settings,
-) -> Result<airlock_transport_pipe::StreamTransport<R, W>, SpawnError> {
-    if airlock_protocol::spin::effective_window(settings.low_latency).is_none() {
-        return Ok(transport);
+) -> airlock_transport_pipe::StreamTransport<R, W> {
+    let polls_in_place = airlock_protocol::spin::effective_window(settings.low_latency).is_some()
+        && crate::connection::on_a_multi_thread_runtime();
+    if polls_in_place {
+        transport.with_direct_reads()
+    } else {
+        transport
     }
-    transport.with_direct_reads().map_err(SpawnError::Transport)
 }
 
 /// Step 1, the command of a confined worker: its own process group, a cleared environment
@@ -650,7 +655,7 @@ async fn connect(
             let transport = StreamTransport::new(stdout, stdin, stream_config(settings));
             Ok(Connected::new(reading_directly_if_spinning(
                 transport, settings,
-            )?))
+            )))
         }
         #[cfg(feature = "socket")]
         Channel::Inherited {
@@ -662,7 +667,7 @@ async fn connect(
             drop(child_end);
             Ok(Connected::new(reading_directly_if_spinning(
                 transport, settings,
-            )?))
+            )))
         }
         #[cfg(feature = "socket")]
         Channel::Named(listener) => {
@@ -676,7 +681,7 @@ async fn connect(
             match listener.accept_worker(expectation, deadline).await {
                 Ok(accepted) => {
                     let mut connected =
-                        Connected::new(reading_directly_if_spinning(accepted.transport, settings)?);
+                        Connected::new(reading_directly_if_spinning(accepted.transport, settings));
                     connected.hello = Some(accepted.hello);
                     connected.token = Some(token);
                     Ok(connected)

@@ -409,6 +409,17 @@ async fn cpu_during_paced_call(window: Option<Duration>) -> (Duration, Duration)
 /// call; without the low-latency mode the same traffic costs the host almost nothing.
 #[tokio::test(flavor = "current_thread")]
 async fn a_worker_pacing_frames_inside_the_spin_window_does_not_keep_a_host_cpu_busy() {
+    paced_frames_cost_the_host_little().await;
+}
+
+/// The same on a multi-thread runtime, where the host's reader spins by reading its channel
+/// itself (`FrameReceiver::read_now`) instead of yielding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_pacing_frames_inside_the_spin_window_does_not_keep_a_multi_thread_host_busy() {
+    paced_frames_cost_the_host_little().await;
+}
+
+async fn paced_frames_cost_the_host_little() {
     assert!(
         std::thread::available_parallelism().map_or(1, usize::from) > 1,
         "the low-latency mode spins only with more than one CPU"
@@ -429,6 +440,17 @@ async fn a_worker_pacing_frames_inside_the_spin_window_does_not_keep_a_host_cpu_
 /// (inside a 10 ms window) costs the host about one window, not the whole dribble.
 #[tokio::test(flavor = "current_thread")]
 async fn a_frame_dribbled_inside_the_spin_window_does_not_keep_the_host_spinning() {
+    a_dribbled_frame_costs_the_host_little().await;
+}
+
+/// The same on a multi-thread runtime, where each dribbled byte the reader takes in place
+/// ends its look and the reader yields before it looks again: still about one window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_dribbled_inside_the_spin_window_does_not_keep_a_multi_thread_host_spinning() {
+    a_dribbled_frame_costs_the_host_little().await;
+}
+
+async fn a_dribbled_frame_costs_the_host_little() {
     let host = rogue_host()
         .arg("fast_dribble")
         .low_latency(Duration::from_millis(10))

@@ -84,19 +84,28 @@ impl<R: AsFd, W> StreamTransport<R, W> {
     /// descriptor ([`FrameReceiver::wait_blocking`]): for a loop that owns its thread. It can
     /// then also [`read_now`](FrameReceiver::read_now). Fails only if the descriptor cannot be
     /// duplicated.
-    pub fn with_blocking_wait(self) -> std::io::Result<Self> {
-        self.with_direct_reads()
+    pub fn with_blocking_wait(mut self) -> std::io::Result<Self> {
+        self.duplicate_reader()?;
+        Ok(self)
     }
 
     /// Lets the receiver read without its runtime ([`FrameReceiver::read_now`]), on a
     /// duplicate of the reader's descriptor, which stays non-blocking: for a loop that polls
-    /// for input on a thread it shares with other tasks. Fails only if the descriptor cannot
-    /// be duplicated.
-    pub fn with_direct_reads(mut self) -> std::io::Result<Self> {
+    /// for input on a thread it shares with other tasks. Where the descriptor cannot be
+    /// duplicated (none left to the process) the receiver cannot read so, as
+    /// [`reads_now`](FrameReceiver::reads_now) then says, and reads only through the runtime.
+    #[must_use]
+    pub fn with_direct_reads(mut self) -> Self {
+        // The failure is reported by `reads_now`, which a loop that would poll so must ask.
+        let _ = self.duplicate_reader();
+        self
+    }
+
+    fn duplicate_reader(&mut self) -> std::io::Result<()> {
         if self.direct_fd.is_none() {
             self.direct_fd = Some(rustix::io::fcntl_dupfd_cloexec(self.reader.as_fd(), 3)?);
         }
-        Ok(self)
+        Ok(())
     }
 }
 

@@ -25,9 +25,7 @@ fn framed(payload: &[u8]) -> Vec<u8> {
 /// able to read now, and the pipe's write end as a blocking file. Inside a runtime.
 fn receiver(config: StreamConfig) -> (StreamReceiver<pipe::Receiver>, std::fs::File) {
     let (write, read) = pipe::pipe().unwrap();
-    let transport = StreamTransport::new(read, tokio::io::sink(), config)
-        .with_direct_reads()
-        .unwrap();
+    let transport = StreamTransport::new(read, tokio::io::sink(), config).with_direct_reads();
     let write = write.into_blocking_fd().unwrap();
     (transport.split().1, std::fs::File::from(write))
 }

@@ -53,6 +53,7 @@ use tokio::sync::Notify;
 pub(crate) use link::{fail, Link};
 use reader::deliver;
 pub(crate) use reader::read_frames;
+pub(crate) use reader_spin::on_a_multi_thread_runtime;
 pub(crate) use wire::{drive_writes, Wire};
 
 use crate::reply::{Decoded, Replier};

@@ -296,7 +296,7 @@ pub(crate) async fn read_frames(
             // it pays.
             let turn = spin.as_mut().map(|spin| spin.turn(&live, &mut *receiver));
             let (spinning, awaits_grant) = match turn {
-                None | Some(Turn::Sleep | Turn::Arrived) => (false, false),
+                None | Some(Turn::Sleep) => (false, false),
                 Some(Turn::Spin) => (true, false),
                 Some(Turn::SleepUntilGranted) => (false, true),
                 Some(Turn::LookAgain) => continue,

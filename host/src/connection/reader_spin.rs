@@ -28,16 +28,21 @@ pub(super) enum Polling {
     InPlace,
 }
 
+/// Whether the current runtime is a multi-thread one, where the reader polls in place if its
+/// channel can be read so (and so where a host in the low-latency mode makes it readable so).
+pub(crate) fn on_a_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+        matches!(
+            runtime.runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::MultiThread
+        )
+    })
+}
+
 impl Polling {
     /// How a reader of `receiver` on the current runtime polls.
     pub(super) fn for_reader(receiver: &dyn FrameReceiver) -> Self {
-        let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-            matches!(
-                runtime.runtime_flavor(),
-                tokio::runtime::RuntimeFlavor::MultiThread
-            )
-        });
-        if multi_thread && receiver.reads_now() {
+        if on_a_multi_thread_runtime() && receiver.reads_now() {
             Self::InPlace
         } else {
             Self::Yielding
@@ -48,10 +53,8 @@ impl Polling {
 /// What the reader does this turn of its loop, in the low-latency mode.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Turn {
-    /// Yield, then turn again, instead of sleeping.
+    /// Take what has come if it makes a frame, or yield and turn again, instead of sleeping.
     Spin,
-    /// Input came while the reader polled in place: take it.
-    Arrived,
     /// Sleep until a frame comes.
     Sleep,
     /// Sleep until a frame comes or a call grants a window (`Live::grant_wake`).
@@ -97,7 +100,9 @@ impl ReaderSpin {
     }
 
     /// This turn of the reader's loop: a look at the windows granted, polling in place while
-    /// one is spun through (where the reader does), then what follows.
+    /// one is spun through (where the reader does) until input comes or the slice ends, then
+    /// what follows. Input that is not yet a whole frame (a frame split across writes) makes
+    /// a turn like any other: the reader finds no frame, yields and polls on.
     pub(super) fn turn(&mut self, live: &Live, receiver: &mut dyn FrameReceiver) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
@@ -106,7 +111,7 @@ impl ReaderSpin {
             let slice_end = now + IN_PLACE_SLICE;
             loop {
                 if receiver.read_now() {
-                    return Turn::Arrived;
+                    break;
                 }
                 std::hint::spin_loop();
                 let now = Instant::now();
@@ -231,8 +236,8 @@ mod tests {
         assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
         assert_eq!(channel.looks, 0, "it yielded without reading");
         // Then it polls the channel itself until the input comes.
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Arrived);
-        assert_eq!(channel.looks, 3);
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(channel.looks, 3, "it looked on after the input came");
         // Taking it, it yields again before its next look.
         spin.frame_in(&live);
         live.grant_spin();

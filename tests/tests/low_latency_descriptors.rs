@@ -1,0 +1,71 @@
+//! A host in the low-latency mode on a multi-thread runtime reads its channel itself while it
+//! spins (`FrameReceiver::read_now`), through a duplicate of the channel's descriptor, over
+//! every transport; on a current-thread runtime, where its reader yields instead, and with the
+//! mode off, it holds no such duplicate. Counted in `/proc/self/fd`, so this file holds one
+//! test: no other test's hosts open or close descriptors while it counts.
+
+use std::time::Duration;
+
+use airlock_host::{Host, TransportChoice};
+use airlock_tests::e2e::worker_bin;
+use airlock_worker::builtin::Sum;
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// The descriptors a host spawned on `runtime` holds once it has answered a call, with the
+/// low-latency `window` or without it.
+fn held_by_a_host(
+    runtime: &tokio::runtime::Runtime,
+    transport: TransportChoice,
+    window: Option<Duration>,
+) -> usize {
+    runtime.block_on(async {
+        let before = open_descriptors();
+        let mut builder = Host::builder(worker_bin()).transport(transport);
+        if let Some(window) = window {
+            builder = builder.low_latency(window);
+        }
+        let host = builder.spawn().await.unwrap();
+        assert_eq!(host.call::<Sum>(&vec![1, 2]).await, Ok(3), "{transport:?}");
+        let held = open_descriptors() - before;
+        host.shutdown().await;
+        held
+    })
+}
+
+#[test]
+fn only_a_low_latency_host_on_a_multi_thread_runtime_holds_a_second_descriptor_of_its_channel() {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        // One CPU: the mode is off (`airlock_protocol::spin::effective_window`).
+        return;
+    }
+    let window = Some(Duration::from_millis(1));
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for transport in [
+        TransportChoice::Pipe,
+        TransportChoice::SocketInherited,
+        TransportChoice::SocketNamed,
+    ] {
+        let plain = held_by_a_host(&multi, transport, None);
+        assert_eq!(
+            held_by_a_host(&multi, transport, window),
+            plain + 1,
+            "{transport:?}: a multi-thread runtime"
+        );
+        assert_eq!(
+            held_by_a_host(&current, transport, None),
+            held_by_a_host(&current, transport, window),
+            "{transport:?}: a current-thread runtime"
+        );
+    }
+}
