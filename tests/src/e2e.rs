@@ -298,6 +298,39 @@ pub fn rogue_host_in(dir: &std::path::Path) -> airlock_host::HostBuilder {
         .confinement(airlock_host::Confinement::strict().read_write(dir))
 }
 
+/// Over `transport`, a `rogue-worker` that exits (code 3) as its first call arrives fails that
+/// call with `WorkerLost(Exited)`, within 30 s however the host waits for its frames, and a
+/// fresh worker serves the next; `configure` sets the rest of the host (the low-latency mode,
+/// say).
+pub async fn an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves(
+    transport: airlock_host::TransportChoice,
+    configure: impl FnOnce(airlock_host::HostBuilder) -> airlock_host::HostBuilder,
+) {
+    use airlock_host::{CallError, LostReason};
+    let scratch = ScratchDir::new("exit-mid-call");
+    let marker = scratch.join("exit-once");
+    let builder = rogue_host_in(&scratch)
+        .transport(transport)
+        .arg("exit_mid_call")
+        .env("ROGUE_ONCE", &marker)
+        .restart_policy(fast_restarts(5));
+    let host = configure(builder).spawn().await.unwrap();
+    let payload = serde_bytes::ByteBuf::from(b"first".to_vec());
+    let call = host.call::<airlock_worker::builtin::Echo>(&payload);
+    let exited = tokio::time::timeout(std::time::Duration::from_secs(30), call)
+        .await
+        .unwrap_or_else(|_| panic!("{transport:?}: the call outlived its worker"));
+    match exited {
+        Err(CallError::WorkerLost(LostReason::Exited(info))) => {
+            assert_eq!(info.code, Some(3), "{transport:?}");
+        }
+        other => panic!("{transport:?}: expected WorkerLost(Exited), got {other:?}"),
+    }
+    let next = host.call::<airlock_worker::builtin::Echo>(&payload).await;
+    assert_eq!(next.unwrap(), payload, "{transport:?}");
+    host.shutdown().await;
+}
+
 /// Makes `dir` writable by a worker running under another uid (`nobody` for a root host).
 pub fn share_with_worker(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use airlock_host::{CallError, Host, HostBuilder, LostReason, RestartPolicy, TransportChoice};
 use airlock_protocol::{ErrorKind, HostConfig};
 use airlock_tests::e2e::{
-    call_pid, fast_restarts, process_alive, rogue_host_in, soon, worker_bin, ScratchDir, SumOfBytes,
+    an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves, call_pid, fast_restarts,
+    process_alive, soon, worker_bin, SumOfBytes,
 };
 use airlock_worker::builtin::{
     Cwd, Digest, Echo, Env, Fail, OpenFds, Panic, Print, Sleep, StderrFlood, Sum,
@@ -29,25 +30,7 @@ async fn worker_exit_mid_call_fails_the_call_and_a_fresh_worker_serves() {
         TransportChoice::SocketInherited,
         TransportChoice::SocketNamed,
     ] {
-        let scratch = ScratchDir::new("lifecycle");
-        let marker = scratch.join("exit-once");
-        let host = rogue_host_in(&scratch)
-            .transport(transport)
-            .arg("exit_mid_call")
-            .env("ROGUE_ONCE", &marker)
-            .restart_policy(fast_restarts(5))
-            .spawn()
-            .await
-            .unwrap();
-        let payload = ByteBuf::from(b"first".to_vec());
-        match host.call::<Echo>(&payload).await {
-            Err(CallError::WorkerLost(LostReason::Exited(info))) => {
-                assert_eq!(info.code, Some(3), "{transport:?}")
-            }
-            other => panic!("{transport:?}: expected WorkerLost(Exited), got {other:?}"),
-        }
-        assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
-        host.shutdown().await;
+        an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves(transport, |host| host).await;
     }
 }
 

@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use airlock_host::{CallError, ConfigError, Host, LostReason, Pool, SpawnError, TransportChoice};
-use airlock_tests::e2e::{fast_restarts, rogue_host_in, worker_bin, ScratchDir};
-use airlock_worker::builtin::{Echo, Env, Sleep, Sum};
-use serde_bytes::ByteBuf;
+use airlock_host::{ConfigError, Host, Pool, SpawnError, TransportChoice};
+use airlock_tests::e2e::{an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves, worker_bin};
+use airlock_worker::builtin::{Env, Sleep, Sum};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usual() {
@@ -55,29 +54,10 @@ async fn a_host_polling_its_channel_in_place_answers_every_call_and_sees_its_wor
         pipelined_sums_answer(&host, 200).await;
         host.shutdown().await;
 
-        let scratch = ScratchDir::new("low-latency");
-        let marker = scratch.join("exit-once");
-        let host = rogue_host_in(&scratch)
-            .transport(transport)
-            .low_latency(window)
-            .arg("exit_mid_call")
-            .env("ROGUE_ONCE", &marker)
-            .restart_policy(fast_restarts(5))
-            .spawn()
-            .await
-            .unwrap();
-        let payload = ByteBuf::from(b"first".to_vec());
-        let exited = tokio::time::timeout(Duration::from_secs(30), host.call::<Echo>(&payload))
-            .await
-            .unwrap_or_else(|_| panic!("{transport:?}: the call outlived its worker"));
-        match exited {
-            Err(CallError::WorkerLost(LostReason::Exited(info))) => {
-                assert_eq!(info.code, Some(3), "{transport:?}");
-            }
-            other => panic!("{transport:?}: expected WorkerLost(Exited), got {other:?}"),
-        }
-        assert_eq!(host.call::<Echo>(&payload).await.unwrap(), payload);
-        host.shutdown().await;
+        an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves(transport, |host| {
+            host.low_latency(window)
+        })
+        .await;
     }
 }
 
