@@ -72,7 +72,11 @@
 //! - A worker served by `serve_blocking` with `Worker::idle_wait_in_os` waits for the next
 //!   call in the OS rather than through a turn of its runtime (a pinned small call 8.16 µs
 //!   against 9.96 µs; the bundled worker does; its docs say when a worker must not).
-//! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs.
+//! - [`HostBuilder::low_latency`] trades CPU for round trips across CPUs. On a multi-thread
+//!   runtime its reader polls the channel itself: one call at a time on two CPUs took a
+//!   median 7.0 µs against 18.5 µs when it polled by yielding to the runtime (`BENCHMARKS.md`,
+//!   "The low-latency mode on a multi-thread runtime"). Where a wake-up across CPUs is cheap
+//!   the mode gains nothing and costs the CPU: measure it on your machine.
 //! - [`HostBuilder::poll_under_load`] (on by default) lets a worker poll for a pipelining
 //!   host's next batch instead of sleeping: 16 calls in flight made 1.54–1.73× the calls a
 //!   second of a worker without it, 256 in flight 1.14–1.16× (runs 44 and 45 of
