@@ -161,12 +161,13 @@ pub trait FrameReceiver: Send {
     /// async runtime: one non-blocking `read`, whatever the runtime believes of the
     /// descriptor's readiness. For a loop that polls while it expects input and must not turn
     /// its runtime to look (a host's reader spinning on a multi-thread runtime, where each
-    /// turn through the scheduler wakes its other threads). `true`: [`poll_recv`](Self::poll_recv)
-    /// has something to go on with now (bytes, a frame, an error), or the stream ended, which
-    /// `poll_recv` meets through the runtime. `false`: nothing came; or the rest of a large
-    /// frame is wanted, which `poll_recv` reads into the frame's own buffer; or this receiver
-    /// cannot read so ([`reads_now`](Self::reads_now)). Bytes taken are kept for `poll_recv`,
-    /// under the same cap: nothing is lost or reordered.
+    /// turn through the scheduler wakes its other threads). `true`: ask
+    /// [`poll_recv`](Self::poll_recv) now. It has something to go on with (bytes, a frame, an
+    /// error), or the stream ended, which it meets through the runtime, or the rest of a large
+    /// frame is wanted, which only it reads (into the frame's own buffer, through the
+    /// runtime). `false`: nothing came, or this receiver cannot read so
+    /// ([`reads_now`](Self::reads_now)). Bytes taken are kept for `poll_recv`, under the same
+    /// cap: nothing is lost or reordered.
     fn read_now(&mut self) -> bool {
         false
     }

@@ -353,9 +353,10 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
         if wanted == 0 || self.deferred.is_some() {
             return true;
         }
-        // The rest of a large frame: `poll_recv` reads it into the frame's own buffer.
+        // The rest of a large frame: `poll_recv` reads it into the frame's own buffer, so a
+        // loop that looks here must ask `poll_recv` instead.
         if wanted > READ_CHUNK {
-            return false;
+            return true;
         }
         let Some(fd) = self.direct_fd.as_ref() else {
             return false;

@@ -1,7 +1,8 @@
 //! `FrameReceiver::read_now` on a stream receiver over a real pipe, as a host's reader uses it
 //! while it spins on a multi-thread runtime: it takes what the OS holds without the runtime
 //! (which has not seen it), keeps it for `poll_recv` under the same cap and in order, leaves the
-//! rest of a large frame to `poll_recv`, and never reads where it cannot do so without waiting.
+//! rest of a large frame to `poll_recv` (and sends its caller there), and never reads where it
+//! cannot do so without waiting.
 
 use std::io::Write;
 use std::task::{Context, Poll, Waker};
@@ -37,6 +38,11 @@ fn polled(receiver: &mut StreamReceiver<pipe::Receiver>) -> Poll<Option<Vec<u8>>
     receiver
         .poll_recv(&mut cx)
         .map(|frame| frame.unwrap().map(|bytes| bytes.to_vec()))
+}
+
+/// Bytes written to the pipe behind `writer` and not yet read from it.
+fn waiting_in(writer: &std::fs::File) -> u64 {
+    rustix::io::ioctl_fionread(writer).unwrap()
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -86,10 +92,10 @@ async fn read_now_leaves_the_rest_of_a_large_frame_to_poll_recv() {
     assert!(receiver.read_now(), "the prefix and the first bytes");
     assert_eq!(polled(&mut receiver), Poll::Pending);
     writer.write_all(&frame[100..200]).unwrap();
-    assert!(
-        !receiver.read_now(),
-        "the rest is due: poll_recv reads it into the frame's own buffer"
-    );
+    // The rest is due: `poll_recv` reads it into the frame's own buffer, so a look here sends
+    // the caller to it, and leaves those bytes in the pipe.
+    assert!(receiver.read_now());
+    assert_eq!(waiting_in(&writer), 100);
     // Through the runtime the frame arrives whole, the bytes left in the pipe included.
     let writing = std::thread::spawn(move || writer.write_all(&frame[200..]).unwrap());
     let got = receiver.recv().await.unwrap().unwrap();

@@ -102,7 +102,9 @@ impl ReaderSpin {
     /// This turn of the reader's loop: a look at the windows granted, polling in place while
     /// one is spun through (where the reader does) until input comes or the slice ends, then
     /// what follows. Input that is not yet a whole frame (a frame split across writes) makes
-    /// a turn like any other: the reader finds no frame, yields and polls on.
+    /// a turn like any other: the reader finds no frame, yields and polls on. While the rest of
+    /// a large frame is due, which only `poll_recv` reads, every look ends at once, so the
+    /// reader polls by yielding until the frame is in.
     pub(super) fn turn(&mut self, live: &Live, receiver: &mut dyn FrameReceiver) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
