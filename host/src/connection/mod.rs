@@ -79,6 +79,9 @@ pub(crate) struct Live {
     /// begins moves it (by one window): the worker's frames never do, so a worker cannot keep
     /// the host's CPU busy by pacing frames, only the host's own calls can.
     spin_until: AtomicU64,
+    /// The same for the calls begun alone, with no other call of this host in flight: where
+    /// it equals `spin_until`, the latest window was granted by such a call.
+    spin_alone_until: AtomicU64,
     epoch: Instant,
     /// The reader sleeps, but would spin through the next window a call grants: that grant
     /// wakes it ([`grant_wake`](Self::grant_wake)), as it can learn of the call only by running.
@@ -150,6 +153,7 @@ impl Live {
             wake: Notify::new(),
             spin,
             spin_until: AtomicU64::new(0),
+            spin_alone_until: AtomicU64::new(0),
             epoch: Instant::now(),
             reader_awaits_grant: AtomicBool::new(false),
             grant_wake: Notify::new(),
@@ -160,11 +164,16 @@ impl Live {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// A call was begun: the reader may spin for one window waiting for its answer.
-    fn grant_spin(&self) {
+    /// A call was begun, `alone` (no other call in flight) or not: the reader may spin for
+    /// one window waiting for its answer.
+    fn grant_spin(&self, alone: bool) {
         if let Some(window) = self.spin {
             let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
             let until = self.since_epoch().saturating_add(window);
+            // Before `spin_until`, so that a reader that sees this grant sees its kind too.
+            if alone {
+                self.spin_alone_until.fetch_max(until, Ordering::SeqCst);
+            }
             // SeqCst here and in the reader: each side writes one of `spin_until` and
             // `reader_awaits_grant` and then reads the other, so either this sees the flag or
             // the reader sees the grant.
@@ -179,6 +188,13 @@ impl Live {
     /// yet).
     fn granted_until(&self) -> u64 {
         self.spin_until.load(Ordering::SeqCst)
+    }
+
+    /// Whether the window ending at `granted` (as [`granted_until`](Self::granted_until) gave
+    /// it) was granted by a call begun alone. A later grant of the other kind made meanwhile
+    /// may make it read as not alone: a wait counted with the wrong kind, never a lost one.
+    fn granted_alone(&self, granted: u64) -> bool {
+        self.spin_alone_until.load(Ordering::SeqCst) >= granted
     }
 
     /// The core, even if a thread panicked while holding it (every update to it is complete
@@ -204,7 +220,7 @@ impl Live {
     /// write is in flight. Gives the call back when no worker is taking calls (during a
     /// handshake, a restart or a shutdown): the supervisor then queues it.
     pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
-        let (settled, wake) = {
+        let (settled, wake, alone) = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
                 return Err(call);
@@ -216,12 +232,13 @@ impl Live {
             // The supervisor's timer is left armed at the last deadline it saw, so a steady
             // stream of calls with one timeout wakes it once per timeout, not once per call.
             let earlier = core.timer_at.is_none_or(|at| deadline < at);
-            (settled, earlier)
+            let alone = core.session.in_flight() <= 1;
+            (settled, earlier, alone)
         };
         if wake {
             self.wake.notify_one();
         }
-        self.grant_spin();
+        self.grant_spin(alone);
         settled.finish(self, by, None);
         Ok(())
     }

@@ -65,9 +65,20 @@ pub(super) enum Turn {
 
 /// The reader's side of the low-latency mode: the windows callers grant, spun through where
 /// [`SpinPolicy`] finds that spinning pays, as the worker's frames come in.
+///
+/// Waits for calls begun alone and for calls begun while others were in flight are measured
+/// apart, each kind by a policy of its own. Under pipelined calls the wait for the next frame
+/// is the worker's queue, whatever the reader does, and it says nothing about calls made one at
+/// a time: measured together, a host that had just pipelined kept sleeping through the windows
+/// of its next calls made one at a time (BENCHMARKS.md, "The low-latency mode on a
+/// multi-thread runtime").
 pub(super) struct ReaderSpin {
     window: Duration,
-    policy: SpinPolicy,
+    /// The policy for calls begun alone, and the one for calls begun beside others.
+    alone: SpinPolicy,
+    beside_others: SpinPolicy,
+    /// Which of the two the latest grant opened a window on: the one the reader follows.
+    latest_alone: bool,
     polling: Polling,
     /// The reader has yielded since it last took frames. Polling in place waits for this: the
     /// callers those frames answered were woken into this thread's own slot, which no other
@@ -81,21 +92,34 @@ impl ReaderSpin {
     pub(super) fn new(window: Duration, polling: Polling) -> Self {
         Self {
             window,
-            policy: SpinPolicy::default(),
+            alone: SpinPolicy::default(),
+            beside_others: SpinPolicy::default(),
+            latest_alone: true,
             polling,
             yielded_since_frames: false,
             seen: 0,
         }
     }
 
-    /// Adopts a window granted since the last look (it began when its call did), at `now`.
+    /// The policy the reader follows: that of the kind of call that granted the latest window.
+    fn policy(&mut self) -> &mut SpinPolicy {
+        if self.latest_alone {
+            &mut self.alone
+        } else {
+            &mut self.beside_others
+        }
+    }
+
+    /// Adopts a window granted since the last look (it began when its call did), at `now`, on
+    /// the policy for the kind of call that granted it.
     fn observe(&mut self, live: &Live, now: Instant) {
         let granted = live.granted_until();
         if granted > self.seen {
             self.seen = granted;
+            self.latest_alone = live.granted_alone(granted);
             let end = live.epoch + Duration::from_nanos(granted);
             let at = end.checked_sub(self.window).unwrap_or(end);
-            self.policy.open(at, end, now);
+            self.policy().open(at, end, now);
         }
     }
 
@@ -108,7 +132,7 @@ impl ReaderSpin {
     pub(super) fn turn(&mut self, live: &Live, receiver: &mut dyn FrameReceiver) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
-        let mut spinning = self.policy.spinning(now);
+        let mut spinning = self.policy().spinning(now);
         if spinning && self.polling == Polling::InPlace && self.yielded_since_frames {
             let slice_end = now + IN_PLACE_SLICE;
             loop {
@@ -117,7 +141,7 @@ impl ReaderSpin {
                 }
                 std::hint::spin_loop();
                 let now = Instant::now();
-                spinning = self.policy.spinning(now);
+                spinning = self.policy().spinning(now);
                 if !spinning || now >= slice_end {
                     break;
                 }
@@ -134,8 +158,8 @@ impl ReaderSpin {
     /// spin, the reader is woken by the next call's grant. A grant made after the look but
     /// before the flag is stored did not see the flag: look again. One made after it either
     /// stores a permit in the `Notify` or wakes the wait; a stale permit costs one more turn.
-    fn after_look(&self, live: &Live, spinning: bool) -> Turn {
-        let awaits_grant = !spinning && self.policy.would_spin();
+    fn after_look(&mut self, live: &Live, spinning: bool) -> Turn {
+        let awaits_grant = !spinning && self.policy().would_spin();
         live.reader_awaits_grant
             .store(awaits_grant, Ordering::SeqCst);
         match (spinning, awaits_grant) {
@@ -150,7 +174,7 @@ impl ReaderSpin {
     pub(super) fn frame_in(&mut self, live: &Live) {
         let now = Instant::now();
         self.observe(live, now);
-        self.policy.arrived(now);
+        self.policy().arrived(now);
         self.yielded_since_frames = false;
     }
 }
@@ -232,7 +256,7 @@ mod tests {
         let live = Live::new(Some(window));
         let mut spin = ReaderSpin::new(window, Polling::InPlace);
         let mut channel = Channel::ready_at(Some(3));
-        live.grant_spin();
+        live.grant_spin(true);
         // Frames were just taken: the callers they answered run first.
         spin.frame_in(&live);
         assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
@@ -242,7 +266,7 @@ mod tests {
         assert_eq!(channel.looks, 3, "it looked on after the input came");
         // Taking it, it yields again before its next look.
         spin.frame_in(&live);
-        live.grant_spin();
+        live.grant_spin(true);
         assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
         assert_eq!(channel.looks, 3);
     }
@@ -254,7 +278,7 @@ mod tests {
         let live = Live::new(Some(window));
         let mut spin = ReaderSpin::new(window, Polling::InPlace);
         let mut channel = Channel::empty();
-        live.grant_spin();
+        live.grant_spin(true);
         let granted = Instant::now();
         assert_eq!(
             spin.turn(&live, &mut channel),
@@ -284,12 +308,54 @@ mod tests {
         assert_eq!(channel.looks, looks, "no look once the window is closed");
     }
 
+    /// Teaches `policy` that sleeping pays: three hundred waits, each spun through taking
+    /// three windows and each slept through a tenth of one, on a clock of their own that ends
+    /// with the last window closed.
+    fn teach_to_sleep(policy: &mut SpinPolicy, window: Duration) {
+        let start = Instant::now();
+        let mut at = start;
+        for _ in 0..300 {
+            policy.open(at, at + window, at);
+            let took = if policy.spinning(at) {
+                window * 3
+            } else {
+                window / 10
+            };
+            policy.arrived(at + took);
+            at += window * 10;
+        }
+        assert!(!policy.spinning(at), "the last window is closed");
+    }
+
+    #[test]
+    fn pipelined_calls_do_not_teach_the_reader_to_sleep_through_calls_made_alone() {
+        let window = Duration::from_secs(10);
+        let live = Live::new(Some(window));
+        let mut spin = ReaderSpin::new(window, Polling::Yielding);
+        let mut channel = Channel::empty();
+        teach_to_sleep(&mut spin.beside_others, window);
+        // The lesson took: a call begun beside others is slept through.
+        live.grant_spin(false);
+        assert!(!live.granted_alone(live.granted_until()));
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Sleep);
+        spin.frame_in(&live);
+        // A call begun alone is judged by what calls begun alone measured: nothing yet, so it
+        // spins.
+        live.grant_spin(true);
+        assert!(live.granted_alone(live.granted_until()));
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        // And the other way round.
+        teach_to_sleep(&mut spin.alone, window);
+        live.grant_spin(true);
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Sleep);
+    }
+
     #[test]
     fn yielding_the_reader_never_reads_the_channel_itself() {
         let live = Live::new(Some(WINDOW));
         let mut spin = ReaderSpin::new(WINDOW, Polling::Yielding);
         let mut channel = Channel::ready_at(Some(1));
-        live.grant_spin();
+        live.grant_spin(true);
         for _ in 0..3 {
             assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
         }
@@ -303,9 +369,9 @@ mod tests {
         // The look: no window yet, so no spinning (nothing measured yet: it would spin).
         let now = Instant::now();
         spin.observe(&live, now);
-        assert!(!spin.policy.spinning(now));
+        assert!(!spin.alone.spinning(now));
         // A caller's grant lands before the flag is stored: no wake is sent.
-        live.grant_spin();
+        live.grant_spin(true);
         assert!(now_or_never(live.grant_wake.notified()).is_none());
         assert_eq!(spin.after_look(&live, false), Turn::LookAgain);
         assert_eq!(
@@ -323,14 +389,14 @@ mod tests {
             spin.turn(&live, &mut Channel::empty()),
             Turn::SleepUntilGranted
         );
-        live.grant_spin();
+        live.grant_spin(true);
         // The wait the reader is about to enter (or is in) completes.
         assert!(now_or_never(live.grant_wake.notified()).is_some());
         assert!(
             !live.reader_awaits_grant.load(Ordering::SeqCst),
             "one wake per sleep"
         );
-        live.grant_spin();
+        live.grant_spin(true);
         assert!(
             now_or_never(live.grant_wake.notified()).is_none(),
             "no stale permit piles up"
@@ -341,7 +407,7 @@ mod tests {
     fn with_the_mode_off_a_call_neither_grants_nor_wakes() {
         let live = Live::new(None);
         live.reader_awaits_grant.store(true, Ordering::SeqCst);
-        live.grant_spin();
+        live.grant_spin(true);
         assert_eq!(live.granted_until(), 0);
         assert!(now_or_never(live.grant_wake.notified()).is_none());
     }
