@@ -164,6 +164,19 @@ impl SpinPolicy {
         }
     }
 
+    /// Takes over from `other`, the policy the side followed until now (one that judges
+    /// another kind of wait): whether the side is asleep carries over, so that the next wait
+    /// this policy opens is counted as what the side really does through it.
+    pub fn take_over_from(&mut self, other: &SpinPolicy) {
+        self.asleep = other.asleep;
+    }
+
+    /// Whether the side's last answer from [`spinning`](Self::spinning) was to sleep, with no
+    /// message since (or, after [`take_over_from`](Self::take_over_from), the other policy's).
+    pub fn asleep(&self) -> bool {
+        self.asleep
+    }
+
     /// Whether the next wait would be spun through, were it to begin now. A side that sleeps
     /// while this holds should be woken when its next wait begins, if it can only learn of
     /// the wait by running (a host's reader, whose windows its callers grant): otherwise one
@@ -511,5 +524,33 @@ mod tests {
         assert!(policy.spinning(t + us(89)), "extended by a later call");
         assert!(!policy.spinning(t + us(90)));
         assert!(!policy.spinning(t + us(200)), "and closed");
+    }
+
+    #[test]
+    fn a_policy_taking_over_counts_the_next_wait_as_what_the_side_did() {
+        let t = Instant::now();
+        // The side followed `followed` and spun.
+        let mut followed = SpinPolicy::default();
+        followed.open(t, t + W, t);
+        assert!(followed.spinning(t));
+        // `other` was last told to sleep, when its window ended.
+        let mut other = SpinPolicy::default();
+        other.open(t, t + W, t);
+        assert!(!other.spinning(t + W));
+        assert!(other.asleep());
+        other.take_over_from(&followed);
+        assert!(!other.asleep());
+        // A wait it opens and the side does nothing about is not counted as slept through.
+        let next = t + W * 2;
+        other.open(next, next + W, next);
+        other.arrived(next + us(5));
+        assert_eq!(other.slept.get(), None);
+        // Without the hand-over it would have been.
+        let mut stale = SpinPolicy::default();
+        stale.open(t, t + W, t);
+        assert!(!stale.spinning(t + W));
+        stale.open(next, next + W, next);
+        stale.arrived(next + us(5));
+        assert_eq!(stale.slept.get(), Some(us(5)));
     }
 }

@@ -83,9 +83,12 @@ pub(crate) struct Live {
     /// it equals `spin_until`, the latest window was granted by such a call.
     spin_alone_until: AtomicU64,
     epoch: Instant,
-    /// The reader sleeps, but would spin through the next window a call grants: that grant
-    /// wakes it ([`grant_wake`](Self::grant_wake)), as it can learn of the call only by running.
-    reader_awaits_grant: AtomicBool,
+    /// The reader sleeps, but would spin through the next window a call begun alone, or one
+    /// begun beside others, grants: such a grant wakes it ([`grant_wake`](Self::grant_wake)),
+    /// as it can learn of the call only by running. One flag for each kind, as the reader
+    /// judges each kind by a policy of its own.
+    reader_awaits_alone_grant: AtomicBool,
+    reader_awaits_beside_grant: AtomicBool,
     grant_wake: Notify,
 }
 
@@ -155,7 +158,8 @@ impl Live {
             spin_until: AtomicU64::new(0),
             spin_alone_until: AtomicU64::new(0),
             epoch: Instant::now(),
-            reader_awaits_grant: AtomicBool::new(false),
+            reader_awaits_alone_grant: AtomicBool::new(false),
+            reader_awaits_beside_grant: AtomicBool::new(false),
             grant_wake: Notify::new(),
         }
     }
@@ -174,11 +178,11 @@ impl Live {
             if alone {
                 self.spin_alone_until.fetch_max(until, Ordering::SeqCst);
             }
-            // SeqCst here and in the reader: each side writes one of `spin_until` and
-            // `reader_awaits_grant` and then reads the other, so either this sees the flag or
-            // the reader sees the grant.
+            // SeqCst here and in the reader: each side writes one of `spin_until` and the
+            // flag and then reads the other, so either this sees the flag or the reader sees
+            // the grant.
             self.spin_until.fetch_max(until, Ordering::SeqCst);
-            if self.reader_awaits_grant.swap(false, Ordering::SeqCst) {
+            if self.awaits_grant(alone).swap(false, Ordering::SeqCst) {
                 self.grant_wake.notify_one();
             }
         }
@@ -191,10 +195,20 @@ impl Live {
     }
 
     /// Whether the window ending at `granted` (as [`granted_until`](Self::granted_until) gave
-    /// it) was granted by a call begun alone. A later grant of the other kind made meanwhile
-    /// may make it read as not alone: a wait counted with the wrong kind, never a lost one.
+    /// it) was granted by a call begun alone. Two grants of different kinds made at once may
+    /// be read the wrong way round (each writes its kind before its window): a wait counted
+    /// with the wrong kind, never a lost one.
     fn granted_alone(&self, granted: u64) -> bool {
         self.spin_alone_until.load(Ordering::SeqCst) >= granted
+    }
+
+    /// The reader's flag that it awaits a grant from a call begun `alone`, or beside others.
+    fn awaits_grant(&self, alone: bool) -> &AtomicBool {
+        if alone {
+            &self.reader_awaits_alone_grant
+        } else {
+            &self.reader_awaits_beside_grant
+        }
     }
 
     /// The core, even if a thread panicked while holding it (every update to it is complete
@@ -467,6 +481,39 @@ mod tests {
     use super::*;
     use crate::host::decode_response;
     use crate::reply::Cells;
+
+    #[test]
+    fn a_call_begun_with_no_other_in_flight_grants_an_alone_window_and_one_beside_others_does_not()
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let live = Live::new(Some(Duration::from_millis(1)));
+        let mut core = Core::new(1, ready_sessions().0, recording_wire().0);
+        core.accepting = true;
+        *live.lock() = Some(core);
+        let cells = Arc::new(Cells::default());
+        let mut answers = Vec::new();
+        let mut alone = Vec::new();
+        for key in 0..3 {
+            let (answer, reply) = cells.pair(decode_response::<u64>);
+            let call = CallRequest {
+                key,
+                method: "echo".into(),
+                body: Bytes::from_static(&[0]),
+                deadline: Instant::now() + Duration::from_secs(60),
+                reply,
+                updates: None,
+            };
+            assert!(live.try_begin(call, Party::Caller).is_ok());
+            answers.push(answer);
+            alone.push(live.granted_alone(live.granted_until()));
+            // Each grant ends later than the last.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(alone, [true, false, false]);
+    }
 
     #[test]
     fn callers_leave_their_writes_to_the_writer_from_gather_at_calls_in_flight() {

@@ -116,7 +116,17 @@ impl ReaderSpin {
         let granted = live.granted_until();
         if granted > self.seen {
             self.seen = granted;
-            self.latest_alone = live.granted_alone(granted);
+            let alone = live.granted_alone(granted);
+            if alone != self.latest_alone {
+                // The reader turns to the other policy as it is, asleep or not.
+                let (from, to) = if alone {
+                    (&self.beside_others, &mut self.alone)
+                } else {
+                    (&self.alone, &mut self.beside_others)
+                };
+                to.take_over_from(from);
+                self.latest_alone = alone;
+            }
             let end = live.epoch + Duration::from_nanos(granted);
             let at = end.checked_sub(self.window).unwrap_or(end);
             self.policy().open(at, end, now);
@@ -159,9 +169,14 @@ impl ReaderSpin {
     /// before the flag is stored did not see the flag: look again. One made after it either
     /// stores a permit in the `Notify` or wakes the wait; a stale permit costs one more turn.
     fn after_look(&mut self, live: &Live, spinning: bool) -> Turn {
-        let awaits_grant = !spinning && self.policy().would_spin();
-        live.reader_awaits_grant
-            .store(awaits_grant, Ordering::SeqCst);
+        // A grant of either kind may come next, and each is judged by its own policy.
+        let awaits_alone = !spinning && self.alone.would_spin();
+        let awaits_beside = !spinning && self.beside_others.would_spin();
+        live.awaits_grant(true)
+            .store(awaits_alone, Ordering::SeqCst);
+        live.awaits_grant(false)
+            .store(awaits_beside, Ordering::SeqCst);
+        let awaits_grant = awaits_alone || awaits_beside;
         match (spinning, awaits_grant) {
             (true, _) => Turn::Spin,
             (false, true) if live.granted_until() > self.seen => Turn::LookAgain,
@@ -334,20 +349,44 @@ mod tests {
         let mut spin = ReaderSpin::new(window, Polling::Yielding);
         let mut channel = Channel::empty();
         teach_to_sleep(&mut spin.beside_others, window);
-        // The lesson took: a call begun beside others is slept through.
+        // The lesson took: a call begun beside others is slept through, and the reader
+        // sleeps until a call begun alone, which it would spin for, wakes it.
         live.grant_spin(false);
         assert!(!live.granted_alone(live.granted_until()));
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Sleep);
-        spin.frame_in(&live);
+        assert_eq!(spin.turn(&live, &mut channel), Turn::SleepUntilGranted);
+        live.grant_spin(false);
+        assert!(
+            now_or_never(live.grant_wake.notified()).is_none(),
+            "a call beside others does not wake it"
+        );
         // A call begun alone is judged by what calls begun alone measured: nothing yet, so it
-        // spins.
+        // wakes the reader, which spins.
         live.grant_spin(true);
         assert!(live.granted_alone(live.granted_until()));
+        assert!(now_or_never(live.grant_wake.notified()).is_some());
         assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
-        // And the other way round.
+        // And the other way round; taught both ways, it sleeps through either.
         teach_to_sleep(&mut spin.alone, window);
         live.grant_spin(true);
         assert_eq!(spin.turn(&live, &mut channel), Turn::Sleep);
+    }
+
+    #[test]
+    fn the_reader_turns_to_the_other_policy_as_it_is_asleep_or_not() {
+        let window = Duration::from_secs(10);
+        let live = Live::new(Some(window));
+        let mut spin = ReaderSpin::new(window, Polling::Yielding);
+        let mut channel = Channel::empty();
+        live.grant_spin(true);
+        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        // The policy for calls beside others was last told to sleep.
+        teach_to_sleep(&mut spin.beside_others, window);
+        assert!(spin.beside_others.asleep());
+        // A call beside others: the reader, spinning until now, follows that policy awake.
+        live.grant_spin(false);
+        spin.observe(&live, Instant::now());
+        assert!(!spin.latest_alone);
+        assert!(!spin.beside_others.asleep(), "it spun until now");
     }
 
     #[test]
@@ -393,7 +432,7 @@ mod tests {
         // The wait the reader is about to enter (or is in) completes.
         assert!(now_or_never(live.grant_wake.notified()).is_some());
         assert!(
-            !live.reader_awaits_grant.load(Ordering::SeqCst),
+            !live.awaits_grant(true).load(Ordering::SeqCst),
             "one wake per sleep"
         );
         live.grant_spin(true);
@@ -406,7 +445,8 @@ mod tests {
     #[test]
     fn with_the_mode_off_a_call_neither_grants_nor_wakes() {
         let live = Live::new(None);
-        live.reader_awaits_grant.store(true, Ordering::SeqCst);
+        live.awaits_grant(true).store(true, Ordering::SeqCst);
+        live.awaits_grant(false).store(true, Ordering::SeqCst);
         live.grant_spin(true);
         assert_eq!(live.granted_until(), 0);
         assert!(now_or_never(live.grant_wake.notified()).is_none());
