@@ -201,6 +201,16 @@ mod tests {
 
     const WINDOW: Duration = Duration::from_millis(1);
 
+    /// A host's connection state in the low-latency mode at `window`, its reader polling as
+    /// `polling` says, and a channel that never has input.
+    fn reading(window: Duration, polling: Polling) -> (Live, ReaderSpin, Channel) {
+        (
+            Live::new(Some(window)),
+            ReaderSpin::new(window, polling),
+            Channel::empty(),
+        )
+    }
+
     /// A channel the reader may read in place: its input comes at the `ready_at`-th look.
     struct Channel {
         looks: usize,
@@ -290,9 +300,7 @@ mod tests {
     fn in_place_the_reader_yields_after_each_slice_and_sleeps_once_the_window_closes() {
         // Many slices long, so that a pause of the test's thread leaves some of it.
         let window = Duration::from_millis(200);
-        let live = Live::new(Some(window));
-        let mut spin = ReaderSpin::new(window, Polling::InPlace);
-        let mut channel = Channel::empty();
+        let (live, mut spin, mut channel) = reading(window, Polling::InPlace);
         live.grant_spin(true);
         let granted = Instant::now();
         assert_eq!(
@@ -345,9 +353,7 @@ mod tests {
     #[test]
     fn pipelined_calls_do_not_teach_the_reader_to_sleep_through_calls_made_alone() {
         let window = Duration::from_secs(10);
-        let live = Live::new(Some(window));
-        let mut spin = ReaderSpin::new(window, Polling::Yielding);
-        let mut channel = Channel::empty();
+        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
         teach_to_sleep(&mut spin.beside_others, window);
         // The lesson took: a call begun beside others is slept through, and the reader
         // sleeps until a call begun alone, which it would spin for, wakes it.
@@ -374,9 +380,7 @@ mod tests {
     #[test]
     fn the_reader_turns_to_the_other_policy_as_it_is_asleep_or_not() {
         let window = Duration::from_secs(10);
-        let live = Live::new(Some(window));
-        let mut spin = ReaderSpin::new(window, Polling::Yielding);
-        let mut channel = Channel::empty();
+        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
         live.grant_spin(true);
         assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
         // The policy for calls beside others was last told to sleep.
