@@ -24,7 +24,8 @@ pub(super) enum Polling {
     /// [`IN_PLACE_SLICE`] at a time. On a multi-thread runtime, where a task that yields over
     /// and over keeps its threads waking one another: two busy host threads and a spinning
     /// worker on two CPUs starve each other, and one call at a time took about three times as
-    /// long as without the mode (BENCHMARKS.md, "Low-latency mode").
+    /// long as without the mode (BENCHMARKS.md, "The low-latency mode on a multi-thread
+    /// runtime").
     InPlace,
 }
 
@@ -168,7 +169,7 @@ impl ReaderSpin {
     /// spin, the reader is woken by the next call's grant. A grant made after the look but
     /// before the flag is stored did not see the flag: look again. One made after it either
     /// stores a permit in the `Notify` or wakes the wait; a stale permit costs one more turn.
-    fn after_look(&mut self, live: &Live, spinning: bool) -> Turn {
+    fn after_look(&self, live: &Live, spinning: bool) -> Turn {
         // A grant of either kind may come next, and each is judged by its own policy.
         let awaits_alone = !spinning && self.alone.would_spin();
         let awaits_beside = !spinning && self.beside_others.would_spin();
