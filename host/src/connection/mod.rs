@@ -480,7 +480,23 @@ mod tests {
     use super::recording::{ready_sessions, recording_wire};
     use super::*;
     use crate::host::decode_response;
-    use crate::reply::Cells;
+    use crate::reply::{Cells, Reply};
+
+    /// Begins an `echo` call with local handle `key`, due in a minute, as a caller does; its
+    /// answer is kept by the caller's handle returned.
+    fn begin_echo(live: &Live, cells: &Arc<Cells>, key: u64) -> Reply<u64> {
+        let (answer, reply) = cells.pair(decode_response::<u64>);
+        let call = CallRequest {
+            key,
+            method: "echo".into(),
+            body: Bytes::from_static(&[0]),
+            deadline: Instant::now() + Duration::from_secs(60),
+            reply,
+            updates: None,
+        };
+        assert!(live.try_begin(call, Party::Caller).is_ok());
+        answer
+    }
 
     #[test]
     fn a_call_begun_with_no_other_in_flight_grants_an_alone_window_and_one_beside_others_does_not()
@@ -497,17 +513,7 @@ mod tests {
         let mut answers = Vec::new();
         let mut alone = Vec::new();
         for key in 0..3 {
-            let (answer, reply) = cells.pair(decode_response::<u64>);
-            let call = CallRequest {
-                key,
-                method: "echo".into(),
-                body: Bytes::from_static(&[0]),
-                deadline: Instant::now() + Duration::from_secs(60),
-                reply,
-                updates: None,
-            };
-            assert!(live.try_begin(call, Party::Caller).is_ok());
-            answers.push(answer);
+            answers.push(begin_echo(&live, &cells, key));
             alone.push(live.granted_alone(live.granted_until()));
             // Each grant ends later than the last.
             std::thread::sleep(Duration::from_millis(1));
@@ -531,17 +537,7 @@ mod tests {
             let mut answers = Vec::new();
             let calls = GATHER_AT + 2;
             for key in 0..calls as u64 {
-                let (answer, reply) = cells.pair(decode_response::<u64>);
-                let call = CallRequest {
-                    key,
-                    method: "echo".into(),
-                    body: bytes::Bytes::from_static(&[0]),
-                    deadline: Instant::now() + Duration::from_secs(60),
-                    reply,
-                    updates: None,
-                };
-                assert!(live.try_begin(call, Party::Caller).is_ok());
-                answers.push(answer);
+                answers.push(begin_echo(&live, &cells, key));
             }
             // With fewer calls in flight each caller wrote its own frame at once; from
             // `GATHER_AT` on they left theirs to the writer task, which has not run yet.
