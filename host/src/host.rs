@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{RestartPolicy, Settings, StderrPolicy, TransportChoice};
 use crate::connection::{Live, Party};
 use crate::launch::Launcher;
-use crate::reply::{Cells, DecodeInto, Reply};
+use crate::reply::{DecodeInto, Reply};
 use crate::response::ResponseDecoding;
 use crate::stats::{Counters, HostStats};
 use crate::supervisor::{CallRequest, Command, Supervisor, Updates};
@@ -291,8 +291,6 @@ struct Shared {
     worker: WorkerInfo,
     /// The worker's name in logs ([`HostBuilder::label`]).
     label: String,
-    /// Where calls' outcomes wait for their callers, recycled.
-    cells: Arc<Cells>,
 }
 
 impl Host {
@@ -349,7 +347,6 @@ impl Host {
                 in_flight_limit: u64::from(settings.protocol.in_flight_limit()),
                 worker,
                 label: settings.label.clone(),
-                cells: Arc::default(),
             }),
         })
     }
@@ -456,7 +453,7 @@ impl Host {
         guard: &mut InFlight<'_>,
     ) -> Result<Reply<T>, CallError> {
         let body = body?;
-        let (answer, reply) = self.shared.cells.pair(decode);
+        let (answer, reply) = crate::reply::pair(decode);
         let call = CallRequest {
             key: guard.key,
             method,

@@ -3,15 +3,18 @@
 //! The caller waits on a [`Reply`]; the connection holds the matching [`Replier`]. Both point at
 //! one [`Cell`] that holds the outcome as the method's own response type: the reader decodes
 //! a `Return` straight into it (no box to carry a type-erased value), and the caller takes it
-//! out. Cells are recycled per response type through the host's [`Cells`]: a cell goes back when
-//! its caller has taken the outcome and the connection has let go of it, so a host making
-//! sequential calls allocates none after its first.
+//! out. Cells are recycled per response type through a free list of the thread that takes the
+//! outcome ([`pair`]): a cell goes back when its caller has taken the outcome and the
+//! connection has let go of it, so a host making sequential calls allocates none after its
+//! first. The lists are per thread, not per host, so that callers on the runtime's threads
+//! never contend for one lock or one cache line to begin a call.
 //!
 //! Rules: an outcome is delivered at most once (the `Replier` is consumed by it); a `Replier`
 //! dropped without one answers [`CallError::Shutdown`], so no caller waits on a connection that
 //! is gone; a cell is reused only when nothing but the free list refers to it.
 
 use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,8 +28,8 @@ use crate::CallError;
 /// Decodes a response body into `T` within the host's budgets.
 pub(crate) type DecodeInto<T> = fn(&[u8], &ResponseDecoding) -> Result<T, DecodeError>;
 
-/// Most recycled cells kept per response type: enough for the calls a host keeps in flight
-/// at once in practice; beyond it, cells are freed.
+/// Most recycled cells a thread keeps per response type: enough for the calls in flight on
+/// one runtime thread in practice; beyond it, cells are freed.
 const KEPT_PER_TYPE: usize = 64;
 
 /// Where one call's outcome waits for its caller.
@@ -205,11 +208,10 @@ impl Drop for Replier {
     }
 }
 
-/// The caller's side: resolves to the call's outcome, and gives its cell back to `cells` once
-/// the connection has let go of it.
+/// The caller's side: resolves to the call's outcome, and gives its cell back to the free list
+/// of the thread it is taken on, once the connection has let go of it.
 pub(crate) struct Reply<T: Send + 'static> {
     cell: Option<Arc<Cell<T>>>,
-    cells: Arc<Cells>,
 }
 
 impl<T: Send + 'static> Future for Reply<T> {
@@ -235,7 +237,7 @@ impl<T: Send + 'static> Future for Reply<T> {
             }
         };
         if let Some(cell) = self.cell.take() {
-            self.cells.put_back(cell);
+            put_back(cell);
         }
         Poll::Ready(outcome)
     }
@@ -259,83 +261,74 @@ impl<T: Send + 'static> Drop for Reply<T> {
     }
 }
 
-/// A host's cells not in use, per response type.
-#[derive(Default)]
-pub(crate) struct Cells {
-    free: Mutex<Vec<FreeCells>>,
-}
-
 /// The free cells of one `Cell<T>` type, each a type-erased `Arc<Cell<T>>`.
 type FreeCells = (TypeId, Vec<Arc<dyn Any + Send + Sync>>);
 
-impl std::fmt::Debug for Cells {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept: usize = self.lock().iter().map(|(_, cells)| cells.len()).sum();
-        f.debug_struct("Cells").field("kept", &kept).finish()
-    }
+thread_local! {
+    /// This thread's cells not in use, per response type.
+    static FREE: RefCell<Vec<FreeCells>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Cells {
-    /// A reply and its replier for a call whose response decodes with `decode`.
-    pub(crate) fn pair<T: Send + 'static>(
-        self: &Arc<Self>,
-        decode: DecodeInto<T>,
-    ) -> (Reply<T>, Replier) {
-        let cell = self
-            .take(decode)
-            .unwrap_or_else(|| Arc::new(Cell::new(decode)));
-        let replier = Replier(Some(Arc::clone(&cell) as Arc<dyn Deliver>));
-        let reply = Reply {
-            cell: Some(cell),
-            cells: Arc::clone(self),
-        };
-        (reply, replier)
-    }
+/// A reply and its replier for a call whose response decodes with `decode`: a cell from this
+/// thread's free list, or a new one.
+pub(crate) fn pair<T: Send + 'static>(decode: DecodeInto<T>) -> (Reply<T>, Replier) {
+    let cell = take(decode).unwrap_or_else(|| Arc::new(Cell::new(decode)));
+    let replier = Replier(Some(Arc::clone(&cell) as Arc<dyn Deliver>));
+    (Reply { cell: Some(cell) }, replier)
+}
 
-    fn lock(&self) -> MutexGuard<'_, Vec<FreeCells>> {
-        self.free.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A free cell of `T`, reset to wait for a new outcome decoded with `decode`.
-    fn take<T: Send + 'static>(&self, decode: DecodeInto<T>) -> Option<Arc<Cell<T>>> {
-        let cell = {
-            let mut free = self.lock();
+/// A free cell of `T` from this thread's list, reset to wait for a new outcome decoded with
+/// `decode`. None when the list has none (or the thread is ending).
+fn take<T: Send + 'static>(decode: DecodeInto<T>) -> Option<Arc<Cell<T>>> {
+    let cell = FREE
+        .try_with(|free| {
+            let mut free = free.try_borrow_mut().ok()?;
             let (_, cells) = free
                 .iter_mut()
                 .find(|(ty, _)| *ty == TypeId::of::<Cell<T>>())?;
-            cells.pop()?
-        };
-        // Nothing else holds it: it was put back only when its caller's was its one
-        // reference, and only this takes it out of the list.
-        let cell = Arc::downcast::<Cell<T>>(cell).ok()?;
-        *cell.lock() = Inner {
-            state: State::Waiting(None),
-            decode,
-        };
-        Some(cell)
-    }
+            cells.pop()
+        })
+        .ok()??;
+    // Nothing else holds it: it was put back only when its caller's was its one reference,
+    // and only this takes it out of the list.
+    let cell = Arc::downcast::<Cell<T>>(cell).ok()?;
+    *cell.lock() = Inner {
+        state: State::Waiting(None),
+        decode,
+    };
+    Some(cell)
+}
 
-    /// Keeps `cell` for a later call of the same type if nothing else refers to it (the
-    /// connection has dropped its replier), else lets it go.
-    fn put_back<T: Send + 'static>(&self, cell: Arc<Cell<T>>) {
-        if Arc::strong_count(&cell) != 1 {
-            return;
-        }
-        let mut free = self.lock();
-        let ty = TypeId::of::<Cell<T>>();
-        let at = match free.iter().position(|(kept, _)| *kept == ty) {
-            Some(at) => at,
-            None => {
-                free.push((ty, Vec::new()));
-                free.len() - 1
-            }
-        };
-        if let Some((_, cells)) = free.get_mut(at) {
-            if cells.len() < KEPT_PER_TYPE {
-                cells.push(cell);
-            }
-        }
+/// Keeps `cell` in this thread's list for a later call of the same type if nothing else
+/// refers to it (the connection has dropped its replier), else lets it go. A cell not kept
+/// (the list is full, or the thread is ending) is dropped outside the list's borrow.
+fn put_back<T: Send + 'static>(cell: Arc<Cell<T>>) {
+    if Arc::strong_count(&cell) != 1 {
+        return;
     }
+    let ty = TypeId::of::<Cell<T>>();
+    let _not_kept = FREE
+        .try_with(|free| {
+            let Ok(mut free) = free.try_borrow_mut() else {
+                return Some(cell);
+            };
+            let at = match free.iter().position(|(kept, _)| *kept == ty) {
+                Some(at) => at,
+                None => {
+                    free.push((ty, Vec::new()));
+                    free.len() - 1
+                }
+            };
+            match free.get_mut(at) {
+                Some((_, cells)) if cells.len() < KEPT_PER_TYPE => {
+                    cells.push(cell);
+                    None
+                }
+                _ => Some(cell),
+            }
+        })
+        .ok()
+        .flatten();
 }
 
 #[cfg(test)]
@@ -344,8 +337,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_response_reaches_its_caller_only_when_published() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let mut reply = Box::pin(reply);
         let Ok(decoded) = replier.returned(&[5], &limits()) else {
             panic!("a good body was refused");
@@ -361,8 +353,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_response_dropped_unpublished_answers_shutdown() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let decoded = replier.returned(&[5], &limits());
         drop(decoded);
         assert_eq!(reply.await, Err(CallError::Shutdown));
@@ -381,15 +372,14 @@ mod tests {
 
     #[tokio::test]
     async fn an_outcome_reaches_its_caller_once_and_the_cell_is_reused() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let first = Arc::as_ptr(reply.cell.as_ref().unwrap());
         let Ok(decoded) = replier.returned(&[7], &limits()) else {
             panic!("a good body was refused");
         };
         decoded.publish();
         assert_eq!(reply.await, Ok(7));
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         assert_eq!(
             Arc::as_ptr(reply.cell.as_ref().unwrap()),
             first,
@@ -399,10 +389,59 @@ mod tests {
         assert_eq!(reply.await, Err(CallError::Timeout));
     }
 
+    /// Completes a call made through `pair` and takes its outcome, so its cell goes back to
+    /// this thread's list; returns the cell's address.
+    fn one_call_taken() -> *const Cell<u8> {
+        let (mut reply, replier) = pair(decode_u8);
+        let cell = Arc::as_ptr(reply.cell.as_ref().unwrap());
+        replier.fail(CallError::Timeout);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(
+            Pin::new(&mut reply).poll(&mut cx),
+            Poll::Ready(Err(CallError::Timeout))
+        );
+        cell
+    }
+
+    #[test]
+    fn a_cell_is_reused_only_by_the_thread_that_gave_it_back() {
+        let freed_here = one_call_taken();
+        // Another thread takes its cell from its own list: a new cell, never this thread's.
+        let taken_there = std::thread::spawn(|| one_call_taken() as usize)
+            .join()
+            .unwrap();
+        assert_ne!(taken_there, freed_here as usize, "a cell crossed threads");
+        assert_eq!(one_call_taken(), freed_here, "not reused on its own thread");
+    }
+
+    #[test]
+    fn a_thread_keeps_at_most_kept_per_type_cells_of_one_type() {
+        std::thread::spawn(|| {
+            let mut calls: Vec<_> = (0..KEPT_PER_TYPE + 8).map(|_| pair(decode_u8)).collect();
+            let mut cx = Context::from_waker(Waker::noop());
+            for (reply, replier) in &mut calls {
+                replier_fail(replier);
+                assert!(Pin::new(reply).poll(&mut cx).is_ready());
+            }
+            let kept = FREE.with(|free| {
+                let free = free.borrow();
+                let cells = free.iter().find(|(ty, _)| *ty == TypeId::of::<Cell<u8>>());
+                cells.map_or(0, |(_, cells)| cells.len())
+            });
+            assert_eq!(kept, KEPT_PER_TYPE);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Fails the call behind `replier` in place, leaving a replier that holds no cell.
+    fn replier_fail(replier: &mut Replier) {
+        std::mem::replace(replier, Replier(None)).fail(CallError::Timeout);
+    }
+
     #[tokio::test]
     async fn a_replier_dropped_without_an_outcome_answers_shutdown() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let waiting = tokio::spawn(reply);
         tokio::task::yield_now().await;
         drop(replier);
@@ -411,8 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_does_not_decode_is_given_back_to_answer_after_the_cut_off() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let Err((replier, err)) = replier.returned(&[], &limits()) else {
             panic!("an empty body decoded");
         };
@@ -422,12 +460,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_cell_still_held_by_its_replier_is_not_reused() {
-        let cells = Arc::new(Cells::default());
-        let (reply, replier) = cells.pair(decode_u8);
+        let (reply, replier) = pair(decode_u8);
         let first = Arc::as_ptr(reply.cell.as_ref().unwrap());
         // The caller gives up; the connection still holds the replier.
         drop(reply);
-        let (next, _next_replier) = cells.pair(decode_u8);
+        let (next, _next_replier) = pair(decode_u8);
         assert_ne!(Arc::as_ptr(next.cell.as_ref().unwrap()), first);
         // The late outcome goes nowhere, and nothing waits on it.
         if let Ok(decoded) = replier.returned(&[1], &limits()) {

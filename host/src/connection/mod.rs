@@ -480,12 +480,12 @@ mod tests {
     use super::recording::{ready_sessions, recording_wire};
     use super::*;
     use crate::host::decode_response;
-    use crate::reply::{Cells, Reply};
+    use crate::reply::{pair, Reply};
 
     /// Begins an `echo` call with local handle `key`, due in a minute, as a caller does; its
     /// answer is kept by the caller's handle returned.
-    fn begin_echo(live: &Live, cells: &Arc<Cells>, key: u64) -> Reply<u64> {
-        let (answer, reply) = cells.pair(decode_response::<u64>);
+    fn begin_echo(live: &Live, key: u64) -> Reply<u64> {
+        let (answer, reply) = pair(decode_response::<u64>);
         let call = CallRequest {
             key,
             method: "echo".into(),
@@ -509,11 +509,10 @@ mod tests {
         let mut core = Core::new(1, ready_sessions().0, recording_wire().0);
         core.accepting = true;
         *live.lock() = Some(core);
-        let cells = Arc::new(Cells::default());
         let mut answers = Vec::new();
         let mut alone = Vec::new();
         for key in 0..3 {
-            answers.push(begin_echo(&live, &cells, key));
+            answers.push(begin_echo(&live, key));
             alone.push(live.granted_alone(live.granted_until()));
             // Each grant ends later than the last.
             std::thread::sleep(Duration::from_millis(1));
@@ -533,11 +532,10 @@ mod tests {
             core.accepting = true;
             *live.lock() = Some(core);
             let writer = tokio::spawn(drive_writes(wire, Arc::clone(&live)));
-            let cells = Arc::new(Cells::default());
             let mut answers = Vec::new();
             let calls = GATHER_AT + 2;
             for key in 0..calls as u64 {
-                answers.push(begin_echo(&live, &cells, key));
+                answers.push(begin_echo(&live, key));
             }
             // With fewer calls in flight each caller wrote its own frame at once; from
             // `GATHER_AT` on they left theirs to the writer task, which has not run yet.

@@ -359,7 +359,7 @@ mod tests {
     use crate::connection::recording::{ready_sessions, recording_wire};
     use crate::connection::wire::now_or_never;
     use crate::host::decode_response;
-    use crate::reply::{Cells, Reply};
+    use crate::reply::{pair, Reply};
     use crate::supervisor::CallRequest;
     use crate::updates::Cost;
     use crate::LostReason;
@@ -416,10 +416,9 @@ mod tests {
             let mut core = Core::new(1, host, wire);
             core.accepting = true;
             *live.lock() = Some(core);
-            let cells = Arc::new(Cells::default());
             let mut answers = Vec::new();
             for (key, (updates, deadline)) in (0..).zip(calls) {
-                let (answer, reply) = cells.pair(decode_response::<T>);
+                let (answer, reply) = pair(decode_response::<T>);
                 let call = CallRequest {
                     key,
                     method: "echo".into(),
