@@ -594,13 +594,15 @@ impl<T: Send + 'static> Begun<'_, T> {
                 // worker ends or the supervisor stops driving it, so this wait is bounded
                 // without a timer of its own. The response was decoded where its frame was
                 // accepted, with this call's decoder.
-                let outcome = answer.await;
+                let mut answer = answer;
+                let outcome = (&mut answer).await;
                 self.guard.registered = false;
-                outcome
+                (outcome, answer.answered_at())
             }
-            Err(err) => Err(err),
+            Err(err) => (Err(err), None),
         };
-        self.guard.finish(result.as_ref().map(|_| ()));
+        let (result, answered_at) = result;
+        self.guard.finish(result.as_ref().map(|_| ()), answered_at);
         result
     }
 }
@@ -631,10 +633,12 @@ impl<'a> InFlight<'a> {
         }
     }
 
-    /// The call ended with `outcome`.
-    fn finish(&mut self, outcome: Result<(), &CallError>) {
+    /// The call ended with `outcome`; `answered_at` is when its response was accepted, if
+    /// it had one (else the clock is read now).
+    fn finish(&mut self, outcome: Result<(), &CallError>, answered_at: Option<Instant>) {
         self.finished = true;
-        let elapsed = self.started.elapsed();
+        let ended = answered_at.unwrap_or_else(Instant::now);
+        let elapsed = ended.saturating_duration_since(self.started);
         self.shared.counters.record(&self.method, outcome, elapsed);
         trace_call(self, outcome, elapsed);
     }
@@ -655,7 +659,7 @@ impl Drop for InFlight<'_> {
         }
         if !self.finished {
             // The caller dropped the call's future.
-            self.finish(Err(&CallError::Cancelled));
+            self.finish(Err(&CallError::Cancelled), None);
         }
     }
 }

@@ -19,6 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use airlock_codec::DecodeError;
 
@@ -50,8 +51,9 @@ enum State<T> {
     /// The response, decoded but not yet given to the caller (see [`Decoded`]); the caller
     /// waits on as in `Waiting`.
     Held(T, Option<Waker>),
-    /// The outcome, not yet taken.
-    Ready(Result<T, CallError>),
+    /// The outcome, not yet taken, with when the reader's turn that accepted a response
+    /// began (a failure has none).
+    Ready(Result<T, CallError>, Option<Instant>),
     /// Taken by the caller (or never to be: the caller is gone).
     Taken,
 }
@@ -81,11 +83,11 @@ impl<T> Cell<T> {
             let mut inner = self.lock();
             match std::mem::replace(&mut inner.state, State::Taken) {
                 State::Waiting(waker) => {
-                    inner.state = State::Ready(outcome);
+                    inner.state = State::Ready(outcome, None);
                     (waker, None)
                 }
                 State::Held(held, waker) => {
-                    inner.state = State::Ready(outcome);
+                    inner.state = State::Ready(outcome, None);
                     (waker, Some(held))
                 }
                 earlier => {
@@ -103,8 +105,9 @@ trait Deliver: Send + Sync {
     /// Decodes `body` into the cell, held back from the caller until
     /// [`publish`](Self::publish); on a decode error stores nothing.
     fn decode(&self, body: &[u8], limits: &ResponseDecoding) -> Result<(), DecodeError>;
-    /// Gives a held response to the caller; returns its waker.
-    fn publish(&self) -> Option<Waker>;
+    /// Gives a held response, accepted by the reader's turn that began `at`, to the caller;
+    /// returns its waker.
+    fn publish(&self, at: Instant) -> Option<Waker>;
     /// Stores the failure; returns the caller's waker.
     fn fail(&self, err: CallError) -> Option<Waker>;
 }
@@ -127,11 +130,11 @@ impl<T: Send + 'static> Deliver for Cell<T> {
         Ok(())
     }
 
-    fn publish(&self) -> Option<Waker> {
+    fn publish(&self, at: Instant) -> Option<Waker> {
         let mut inner = self.lock();
         match std::mem::replace(&mut inner.state, State::Taken) {
             State::Held(value, waker) => {
-                inner.state = State::Ready(Ok(value));
+                inner.state = State::Ready(Ok(value), Some(at));
                 waker
             }
             other => {
@@ -183,10 +186,10 @@ impl Replier {
 pub(crate) struct Decoded(Replier);
 
 impl Decoded {
-    /// Gives the response to its caller.
-    pub(crate) fn publish(mut self) {
+    /// Gives the response to its caller, as accepted by the reader's turn that began `at`.
+    pub(crate) fn publish(mut self, at: Instant) {
         if let Some(cell) = self.0 .0.take() {
-            wake_after_release(cell.publish(), cell);
+            wake_after_release(cell.publish(at), cell);
         }
     }
 }
@@ -212,6 +215,17 @@ impl Drop for Replier {
 /// of the thread it is taken on, once the connection has let go of it.
 pub(crate) struct Reply<T: Send + 'static> {
     cell: Option<Arc<Cell<T>>>,
+    /// When the reader's turn that accepted the response began, once it is taken.
+    answered_at: Option<Instant>,
+}
+
+impl<T: Send + 'static> Reply<T> {
+    /// When the reader's turn that accepted this call's response began: known once the
+    /// response is taken, so that a caller times its call without reading the clock again.
+    /// `None` before, and for a failure.
+    pub(crate) fn answered_at(&self) -> Option<Instant> {
+        self.answered_at
+    }
 }
 
 impl<T: Send + 'static> Future for Reply<T> {
@@ -221,10 +235,10 @@ impl<T: Send + 'static> Future for Reply<T> {
         let Some(cell) = self.cell.as_ref() else {
             return Poll::Ready(Err(CallError::Shutdown));
         };
-        let outcome = {
+        let (outcome, at) = {
             let mut inner = cell.lock();
             match std::mem::replace(&mut inner.state, State::Taken) {
-                State::Ready(outcome) => outcome,
+                State::Ready(outcome, at) => (outcome, at),
                 State::Waiting(waker) => {
                     inner.state = State::Waiting(Some(renewed(waker, cx)));
                     return Poll::Pending;
@@ -233,9 +247,10 @@ impl<T: Send + 'static> Future for Reply<T> {
                     inner.state = State::Held(value, Some(renewed(waker, cx)));
                     return Poll::Pending;
                 }
-                State::Taken => Err(CallError::Shutdown),
+                State::Taken => (Err(CallError::Shutdown), None),
             }
         };
+        self.answered_at = at;
         if let Some(cell) = self.cell.take() {
             put_back(cell);
         }
@@ -274,7 +289,13 @@ thread_local! {
 pub(crate) fn pair<T: Send + 'static>(decode: DecodeInto<T>) -> (Reply<T>, Replier) {
     let cell = take(decode).unwrap_or_else(|| Arc::new(Cell::new(decode)));
     let replier = Replier(Some(Arc::clone(&cell) as Arc<dyn Deliver>));
-    (Reply { cell: Some(cell) }, replier)
+    (
+        Reply {
+            cell: Some(cell),
+            answered_at: None,
+        },
+        replier,
+    )
 }
 
 /// A free cell of `T` from this thread's list, reset to wait for a new outcome decoded with
@@ -347,7 +368,7 @@ mod tests {
             reply.as_mut().poll(&mut cx).is_pending(),
             "seen before it was published"
         );
-        decoded.publish();
+        decoded.publish(Instant::now());
         assert_eq!(reply.await, Ok(5));
     }
 
@@ -377,7 +398,7 @@ mod tests {
         let Ok(decoded) = replier.returned(&[7], &limits()) else {
             panic!("a good body was refused");
         };
-        decoded.publish();
+        decoded.publish(Instant::now());
         assert_eq!(reply.await, Ok(7));
         let (reply, replier) = pair(decode_u8);
         assert_eq!(
@@ -401,6 +422,22 @@ mod tests {
             Poll::Ready(Err(CallError::Timeout))
         );
         cell
+    }
+
+    #[tokio::test]
+    async fn a_response_carries_when_its_turn_accepted_it_and_a_failure_does_not() {
+        let (mut reply, replier) = pair(decode_u8);
+        let Ok(decoded) = replier.returned(&[3], &limits()) else {
+            panic!("a good body was refused");
+        };
+        let at = Instant::now() - std::time::Duration::from_secs(1);
+        decoded.publish(at);
+        assert_eq!((&mut reply).await, Ok(3));
+        assert_eq!(reply.answered_at(), Some(at));
+        let (mut reply, replier) = pair(decode_u8);
+        replier.fail(CallError::Timeout);
+        assert_eq!((&mut reply).await, Err(CallError::Timeout));
+        assert_eq!(reply.answered_at(), None);
     }
 
     #[test]
@@ -468,7 +505,7 @@ mod tests {
         assert_ne!(Arc::as_ptr(next.cell.as_ref().unwrap()), first);
         // The late outcome goes nowhere, and nothing waits on it.
         if let Ok(decoded) = replier.returned(&[1], &limits()) {
-            decoded.publish();
+            decoded.publish(Instant::now());
         }
     }
 }

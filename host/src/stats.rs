@@ -1,8 +1,8 @@
 //! Counters a host keeps about its calls and workers, with per-method counts and latencies.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -132,8 +132,10 @@ pub struct MethodStats {
     /// cancellation, a refusal, a shutdown).
     pub failed: u64,
     /// How long the calls the worker answered took (a response, or the handler's own error,
-    /// [`CallError::Remote`]), from the call's start to its outcome. Other failures are
-    /// counted in [`failed`](Self::failed) but not timed: a timeout is not a latency.
+    /// [`CallError::Remote`]): from the call's start, before its request is encoded, to when
+    /// the host accepted the response (the clock read of the turn that took its frame) or the
+    /// caller was given the error. Other failures are counted in [`failed`](Self::failed) but
+    /// not timed: a timeout is not a latency.
     pub latency: LatencyHistogram,
 }
 
@@ -314,39 +316,91 @@ fn bucket_top(bucket: usize) -> u64 {
     ((SUB_BUCKETS + sub + 1) << shift) - 1
 }
 
-/// Per-method stats, bounded: see [`MAX_DYNAMIC_METHODS`].
+/// Shards of a host's call outcomes: each thread records into one of its own, so callers on
+/// a runtime's threads share no lock or cache line to count a call. Each shard keeps a
+/// histogram per method its threads called (1.3 KiB each), so a method costs at most this
+/// many of them per host.
+const SHARDS: usize = 4;
+
+/// The shard this thread records into, picked round-robin the first time it records.
+fn shard_of_this_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    // A thread ending (its thread-locals gone) still counts its calls, in the first shard.
+    SHARD.try_with(|shard| *shard).unwrap_or(0)
+}
+
+/// One shard's counts: the outcomes, and the calls of each method its threads made.
 #[derive(Debug, Default)]
-struct MethodTable {
-    /// Borrowed keys are `Method::NAME`s; owned ones, names given at run time.
+struct ShardCounts {
+    ok: u64,
+    failed: FailureCounts,
+    /// Keyed by the name as [`MethodNames::admit`] gave it: a `Method::NAME`, or a name given
+    /// at run time and admitted under the cap.
     methods: BTreeMap<Cow<'static, str>, MethodStats>,
-    dynamic_names: usize,
+    /// Calls to names given at run time beyond the cap.
     other: MethodStats,
 }
 
-impl MethodTable {
-    // `&Cow`, not `&str`: whether the name is the program's own (`Borrowed`) or given at run
-    // time (`Owned`) decides whether it counts against the cap.
-    #[allow(clippy::ptr_arg)]
-    fn record(
-        &mut self,
-        method: &Cow<'static, str>,
-        outcome: Result<(), &CallError>,
-        elapsed: Duration,
-    ) {
-        // A known name is found without copying it; a new one is copied once, when first seen.
-        if let Some(stats) = self.methods.get_mut(method.as_ref()) {
-            stats.record(outcome, elapsed);
-            return;
-        }
-        let stats = match method {
-            Cow::Borrowed(_) => self.methods.entry(method.clone()).or_default(),
-            Cow::Owned(_) if self.dynamic_names < MAX_DYNAMIC_METHODS => {
-                self.dynamic_names += 1;
-                self.methods.entry(method.clone()).or_default()
-            }
-            Cow::Owned(_) => &mut self.other,
+impl ShardCounts {
+    fn count(&mut self, outcome: Result<(), &CallError>) {
+        let failed = &mut self.failed;
+        let counter = match OutcomeKind::of(outcome) {
+            OutcomeKind::Ok => &mut self.ok,
+            OutcomeKind::Remote => &mut failed.remote,
+            OutcomeKind::Timeout => &mut failed.timeout,
+            OutcomeKind::Cancelled => &mut failed.cancelled,
+            OutcomeKind::WorkerLost => &mut failed.worker_lost,
+            OutcomeKind::Decode => &mut failed.decode,
+            OutcomeKind::Refused => &mut failed.refused,
+            OutcomeKind::Shutdown => &mut failed.shutdown,
         };
-        stats.record(outcome, elapsed);
+        *counter += 1;
+    }
+}
+
+/// A shard on a cache line of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<ShardCounts>);
+
+/// Which method names a host keeps apart, bounded: see [`MAX_DYNAMIC_METHODS`]. Asked only
+/// the first time a shard sees a name (and for every call to a name beyond the cap).
+#[derive(Debug, Default)]
+struct MethodNames {
+    /// `Method::NAME`s called so far: a name given at run time that is one of them shares its
+    /// entry without counting against the cap.
+    typed: BTreeSet<&'static str>,
+    /// Names given at run time, kept apart: at most `MAX_DYNAMIC_METHODS`.
+    dynamic: BTreeSet<String>,
+}
+
+impl MethodNames {
+    /// The key to count `method` under, or `None` for [`HostStats::other_methods`]. A
+    /// `Borrowed` name is a `Method::NAME`, always kept apart; an `Owned` one was given at run
+    /// time, and is kept apart if it is a `Method::NAME` already called, or one of the first
+    /// `MAX_DYNAMIC_METHODS` such names.
+    // `&Cow`, not `&str`: whether the name is the program's own decides the cap.
+    #[allow(clippy::ptr_arg)]
+    fn admit(&mut self, method: &Cow<'static, str>) -> Option<Cow<'static, str>> {
+        match method {
+            Cow::Borrowed(name) => {
+                self.typed.insert(name);
+            }
+            Cow::Owned(name) => {
+                let known =
+                    self.typed.contains(name.as_str()) || self.dynamic.contains(name.as_str());
+                if !known {
+                    if self.dynamic.len() >= MAX_DYNAMIC_METHODS {
+                        return None;
+                    }
+                    self.dynamic.insert(name.clone());
+                }
+            }
+        }
+        Some(method.clone())
     }
 }
 
@@ -407,14 +461,9 @@ pub(crate) fn outcome_name(outcome: Result<(), &CallError>) -> &'static str {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) started: AtomicU64,
-    pub(crate) ok: AtomicU64,
-    pub(crate) remote: AtomicU64,
-    pub(crate) timeout: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
-    pub(crate) lost: AtomicU64,
-    pub(crate) decode: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    pub(crate) shutdown: AtomicU64,
+    /// Calls' outcomes and latencies, per thread.
+    shards: [Shard; SHARDS],
+    names: Mutex<MethodNames>,
     pub(crate) restarts: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     pub(crate) stderr_dropped: Arc<AtomicU64>,
@@ -423,13 +472,12 @@ pub(crate) struct Counters {
     pub(crate) violations: Mutex<BTreeMap<ViolationCode, u64>>,
     /// The current worker's pid as the host sees it (0: none running).
     pub(crate) worker_pid: std::sync::atomic::AtomicU32,
-    methods: Mutex<MethodTable>,
 }
 
 impl Counters {
-    /// Counts a call's outcome, under its method, with how long it took: atomics for the
-    /// totals, one short lock for the method's entry. A `Borrowed` name is a `Method::NAME`;
-    /// an `Owned` one was given at run time (see [`MAX_DYNAMIC_METHODS`]).
+    /// Counts a call's outcome, under its method, with how long it took, in this thread's
+    /// shard: one lock that callers on other threads do not take. A `Borrowed` name is a
+    /// `Method::NAME`; an `Owned` one was given at run time (see [`MAX_DYNAMIC_METHODS`]).
     #[allow(clippy::ptr_arg)]
     pub(crate) fn record(
         &self,
@@ -437,20 +485,27 @@ impl Counters {
         outcome: Result<(), &CallError>,
         elapsed: Duration,
     ) {
-        let counter = match OutcomeKind::of(outcome) {
-            OutcomeKind::Ok => &self.ok,
-            OutcomeKind::Remote => &self.remote,
-            OutcomeKind::Timeout => &self.timeout,
-            OutcomeKind::Cancelled => &self.cancelled,
-            OutcomeKind::WorkerLost => &self.lost,
-            OutcomeKind::Decode => &self.decode,
-            OutcomeKind::Refused => &self.refused,
-            OutcomeKind::Shutdown => &self.shutdown,
+        let Some(Shard(shard)) = self.shards.get(shard_of_this_thread()) else {
+            return;
         };
-        counter.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut table) = self.methods.lock() {
-            table.record(method, outcome, elapsed);
+        let Ok(mut shard) = shard.lock() else {
+            return;
+        };
+        shard.count(outcome);
+        // A name this shard knows is found without copying it or asking `names`.
+        if let Some(stats) = shard.methods.get_mut(method.as_ref()) {
+            stats.record(outcome, elapsed);
+            return;
         }
+        let admitted = match self.names.lock() {
+            Ok(mut names) => names.admit(method),
+            Err(_) => return,
+        };
+        let stats = match admitted {
+            Some(name) => shard.methods.entry(name).or_default(),
+            None => &mut shard.other,
+        };
+        stats.record(outcome, elapsed);
     }
 
     pub(crate) fn violation(&self, code: ViolationCode) {
@@ -459,32 +514,12 @@ impl Counters {
         }
     }
 
+    /// The counters now, the shards added up (each shard is read under its lock, one after
+    /// another).
     pub(crate) fn snapshot(&self) -> HostStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let (methods, other_methods) = self
-            .methods
-            .lock()
-            .map(|table| {
-                let methods = table
-                    .methods
-                    .iter()
-                    .map(|(name, stats)| (name.clone().into_owned(), stats.clone()))
-                    .collect();
-                (methods, table.other.clone())
-            })
-            .unwrap_or_default();
-        HostStats {
+        let mut stats = HostStats {
             calls_started: get(&self.started),
-            calls_ok: get(&self.ok),
-            calls_failed: FailureCounts {
-                remote: get(&self.remote),
-                timeout: get(&self.timeout),
-                cancelled: get(&self.cancelled),
-                worker_lost: get(&self.lost),
-                decode: get(&self.decode),
-                refused: get(&self.refused),
-                shutdown: get(&self.shutdown),
-            },
             violations: self
                 .violations
                 .lock()
@@ -493,9 +528,27 @@ impl Counters {
             restarts: get(&self.restarts),
             in_flight: get(&self.in_flight),
             stderr_lines_dropped: get(&self.stderr_dropped),
-            methods,
-            other_methods,
+            ..HostStats::default()
+        };
+        for Shard(shard) in &self.shards {
+            let Ok(shard) = shard.lock() else {
+                continue;
+            };
+            stats.calls_ok += shard.ok;
+            stats.calls_failed.merge(&shard.failed);
+            for (name, method) in &shard.methods {
+                match stats.methods.get_mut(name.as_ref()) {
+                    Some(total) => total.merge(method),
+                    None => {
+                        stats
+                            .methods
+                            .insert(name.clone().into_owned(), method.clone());
+                    }
+                }
+            }
+            stats.other_methods.merge(&shard.other);
         }
+        stats
     }
 }
 
@@ -602,5 +655,68 @@ mod tests {
         assert_eq!((typed.ok, typed.failed), (0, 1));
         assert_eq!(typed.latency.count(), 0, "a timeout is counted, not timed");
         assert_eq!(stats.calls_failed.timeout, 1);
+    }
+
+    #[test]
+    fn counts_from_many_threads_add_up_and_the_cap_holds_across_them() {
+        let counters = Counters::default();
+        let threads = 2 * SHARDS;
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let counters = &counters;
+                scope.spawn(move || {
+                    for i in 0..1000u64 {
+                        let outcome = if i % 10 == 0 {
+                            Err(&CallError::Cancelled)
+                        } else {
+                            Ok(())
+                        };
+                        counters.record(&Cow::Borrowed("typed"), outcome, Duration::from_micros(i));
+                    }
+                    // Ten names of its own per thread: more names in all than the cap.
+                    for i in 0..10 {
+                        let name = Cow::Owned(format!("dynamic-{t}-{i}"));
+                        counters.record(&name, Ok(()), Duration::ZERO);
+                    }
+                });
+            }
+        });
+        let stats = counters.snapshot();
+        let typed = &stats.methods["typed"];
+        let calls = 1000 * threads as u64;
+        assert_eq!((typed.ok, typed.failed), (calls * 9 / 10, calls / 10));
+        assert_eq!(typed.latency.count(), calls * 9 / 10);
+        assert_eq!(typed.latency.max(), Some(Duration::from_micros(999)));
+        // The cap is the host's, not a shard's.
+        assert_eq!(stats.methods.len(), MAX_DYNAMIC_METHODS + 1);
+        assert_eq!(
+            stats.other_methods.ok,
+            10 * threads as u64 - MAX_DYNAMIC_METHODS as u64
+        );
+        assert_eq!(stats.calls_ok, calls * 9 / 10 + 10 * threads as u64);
+        assert_eq!(stats.calls_failed.cancelled, calls / 10);
+    }
+
+    #[test]
+    fn a_name_given_at_run_time_that_a_typed_call_used_shares_its_entry_outside_the_cap() {
+        let counters = Counters::default();
+        counters.record(&Cow::Borrowed("echo"), Ok(()), Duration::ZERO);
+        for i in 0..MAX_DYNAMIC_METHODS {
+            counters.record(&Cow::Owned(format!("dynamic-{i}")), Ok(()), Duration::ZERO);
+        }
+        // On another thread, whose shard has not seen the name, as on this one.
+        std::thread::spawn({
+            let counters = Arc::new(counters);
+            move || {
+                counters.record(&Cow::Owned("echo".into()), Ok(()), Duration::ZERO);
+                counters.record(&Cow::Owned("echo".into()), Ok(()), Duration::ZERO);
+                let stats = counters.snapshot();
+                assert_eq!(stats.methods["echo"].ok, 3);
+                assert_eq!(stats.other_methods.calls(), 0);
+                assert_eq!(stats.methods.len(), MAX_DYNAMIC_METHODS + 1);
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

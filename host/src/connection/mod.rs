@@ -383,6 +383,9 @@ pub(crate) struct ReaderTurn<'a> {
     pub(crate) generation: u64,
     /// Responses decoded under the lock, in the order of their frames, for their callers.
     pub(crate) decoded: &'a mut Vec<Decoded>,
+    /// The turn's clock read, before its frames: when its responses were accepted, for their
+    /// callers' stats.
+    pub(crate) at: std::time::Instant,
 }
 
 /// A response accepted from the worker, not yet decoded.

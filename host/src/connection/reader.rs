@@ -88,7 +88,7 @@ pub(super) fn deliver(
         cut_off_liar(live, turn.generation, refused);
     }
     for decoded in turn.decoded.drain(..) {
-        decoded.publish();
+        decoded.publish(turn.at);
     }
     lied
 }
@@ -217,6 +217,8 @@ struct Turned {
     settled: Settled,
     /// The stream ended (or failed): the reader's last turn.
     last: bool,
+    /// The turn's clock read, before its frames.
+    at: Instant,
 }
 
 /// One turn of the reader under the lock: time first, then the frames `taken`, each settled
@@ -267,7 +269,11 @@ fn take_turn(
         }
     }
     core.settle_transmits(&mut settled);
-    Turned { settled, last }
+    Turned {
+        settled,
+        last,
+        at: now,
+    }
 }
 
 /// The reader task: takes the worker's frames as they come (several at once when several are
@@ -331,12 +337,17 @@ pub(crate) async fn read_frames(
             };
             take_turn(core, &mut taken, &in_turn, &mut decoded)
         };
-        let Turned { mut settled, last } = turned;
+        let Turned {
+            mut settled,
+            last,
+            at,
+        } = turned;
         let updates = std::mem::take(&mut settled.updates);
         let turn = ReaderTurn {
             limits: &limits,
             generation,
             decoded: &mut decoded,
+            at,
         };
         if settled.finish(&live, Party::Reader, Some(turn)) || last {
             return;
@@ -483,6 +494,7 @@ mod tests {
                 limits: &limits,
                 generation: 1,
                 decoded,
+                at: turned.at,
             };
             turned.settled.finish(&self.live, Party::Reader, Some(turn))
         }
