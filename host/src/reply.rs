@@ -7,7 +7,12 @@
 //! outcome ([`pair`]): a cell goes back when its caller has taken the outcome and the
 //! connection has let go of it, so a host making sequential calls allocates none after its
 //! first. The lists are per thread, not per host, so that callers on the runtime's threads
-//! never contend for one lock or one cache line to begin a call.
+//! never contend for one lock or one cache line to begin a call. So cells outlive the host
+//! that used them, until their thread ends: at most [`KEPT_PER_TYPE`] per response type on each
+//! thread that took outcomes (a cell holds the response type inline, so a large type makes
+//! large cells). A call begun on one thread and finished on another takes its cell from the
+//! first thread's list and gives it to the second's, so a thread that only begins calls
+//! allocates a cell for each.
 //!
 //! Rules: an outcome is delivered at most once (the `Replier` is consumed by it); a `Replier`
 //! dropped without one answers [`CallError::Shutdown`], so no caller waits on a connection that
@@ -72,22 +77,22 @@ impl<T> Cell<T> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Stores `outcome` (over a response still held back); returns the caller's waker, to
-    /// wake once the cell is let go. A second outcome, or one for a caller that is gone, is
-    /// dropped.
+    /// Stores `outcome` (over a response still held back), accepted `at` if the worker gave
+    /// it; returns the caller's waker, to wake once the cell is let go. A second outcome, or
+    /// one for a caller that is gone, is dropped.
     #[must_use]
-    fn set(&self, outcome: Result<T, CallError>) -> Option<Waker> {
+    fn set(&self, outcome: Result<T, CallError>, at: Option<Instant>) -> Option<Waker> {
         // What is displaced (a held response) is dropped after the lock is released: a
         // value's `Drop` never runs under it.
         let (waker, _displaced) = {
             let mut inner = self.lock();
             match std::mem::replace(&mut inner.state, State::Taken) {
                 State::Waiting(waker) => {
-                    inner.state = State::Ready(outcome, None);
+                    inner.state = State::Ready(outcome, at);
                     (waker, None)
                 }
                 State::Held(held, waker) => {
-                    inner.state = State::Ready(outcome, None);
+                    inner.state = State::Ready(outcome, at);
                     (waker, Some(held))
                 }
                 earlier => {
@@ -108,8 +113,8 @@ trait Deliver: Send + Sync {
     /// Gives a held response, accepted by the reader's turn that began `at`, to the caller;
     /// returns its waker.
     fn publish(&self, at: Instant) -> Option<Waker>;
-    /// Stores the failure; returns the caller's waker.
-    fn fail(&self, err: CallError) -> Option<Waker>;
+    /// Stores the failure, accepted `at` if the worker gave it; returns the caller's waker.
+    fn fail(&self, err: CallError, at: Option<Instant>) -> Option<Waker>;
 }
 
 impl<T: Send + 'static> Deliver for Cell<T> {
@@ -144,8 +149,8 @@ impl<T: Send + 'static> Deliver for Cell<T> {
         }
     }
 
-    fn fail(&self, err: CallError) -> Option<Waker> {
-        self.set(Err(err))
+    fn fail(&self, err: CallError, at: Option<Instant>) -> Option<Waker> {
+        self.set(Err(err), at)
     }
 }
 
@@ -174,9 +179,15 @@ impl Replier {
     }
 
     /// Answers the caller with `err`.
-    pub(crate) fn fail(mut self, err: CallError) {
+    pub(crate) fn fail(self, err: CallError) {
+        self.fail_at(err, None);
+    }
+
+    /// Answers the caller with `err`, which the worker gave in the reader's turn whose clock
+    /// read was `at` (the handler's own error), if it did.
+    pub(crate) fn fail_at(mut self, err: CallError, at: Option<Instant>) {
         if let Some(cell) = self.0.take() {
-            wake_after_release(cell.fail(err), cell);
+            wake_after_release(cell.fail(err, at), cell);
         }
     }
 }
@@ -206,7 +217,7 @@ fn wake_after_release(waker: Option<Waker>, cell: Arc<dyn Deliver>) {
 impl Drop for Replier {
     fn drop(&mut self) {
         if let Some(cell) = self.0.take() {
-            wake_after_release(cell.fail(CallError::Shutdown), cell);
+            wake_after_release(cell.fail(CallError::Shutdown, None), cell);
         }
     }
 }

@@ -36,6 +36,9 @@ pub(crate) struct Link {
     pub(super) refused: Vec<(Replier, DecodeError)>,
     /// Calls that timed out in the turn being settled.
     timed_out: Vec<Replier>,
+    /// The clock read of the reader's turn under way (none between turns): when a handler's
+    /// error completed in it was accepted, for its caller's stats.
+    pub(super) turn_at: Option<Instant>,
 }
 
 impl Link {
@@ -111,7 +114,10 @@ impl Link {
                     reply,
                 })
             }
-            Outcome::Failed(err) => CallError::Remote(err),
+            Outcome::Failed(err) => {
+                reply.fail_at(CallError::Remote(err), self.turn_at);
+                return None;
+            }
             // Answered when the turn is settled: at once if the worker lives on (it was sent
             // `Cancel` and has the cancel grace to finish), after the reap if the session
             // closed in the same turn (no grace), so a caller that sees `Timeout` then knows

@@ -77,18 +77,34 @@ pub(super) fn deliver(
     more: Vec<Returned>,
 ) -> bool {
     let mut refused = Vec::new();
+    // Responses decoded in the turn were accepted at its clock read; one decoded here (after
+    // them, in frame order) only once its decode is done, which its caller waited through.
+    let decoded_in_turn = turn.decoded.len();
+    let mut decoded_here = false;
     for returned in returned.into_iter().chain(more) {
         match decode(returned, turn.limits) {
-            Ok(decoded) => turn.decoded.push(decoded),
+            Ok(decoded) => {
+                turn.decoded.push(decoded);
+                decoded_here = true;
+            }
             Err(lie) => refused.push(lie),
         }
     }
+    let decoded_at = if decoded_here {
+        Instant::now()
+    } else {
+        turn.at
+    };
     let lied = !refused.is_empty();
     if lied {
         cut_off_liar(live, turn.generation, refused);
     }
-    for decoded in turn.decoded.drain(..) {
-        decoded.publish(turn.at);
+    for (index, decoded) in turn.decoded.drain(..).enumerate() {
+        decoded.publish(if index < decoded_in_turn {
+            turn.at
+        } else {
+            decoded_at
+        });
     }
     lied
 }
@@ -240,6 +256,7 @@ fn take_turn(
     // that passed while one waited is seen before it, and it cannot complete a call already
     // over.
     let now = Instant::now();
+    core.link.turn_at = Some(now);
     if core.session.poll_timeout().is_some_and(|at| at <= now) {
         core.session.handle_timeout(now);
     }
@@ -269,6 +286,7 @@ fn take_turn(
         }
     }
     core.settle_transmits(&mut settled);
+    core.link.turn_at = None;
     Turned {
         settled,
         last,
@@ -700,6 +718,47 @@ mod tests {
             assert!(now_or_never(reader).is_none(), "the reader stopped");
             let heard: Vec<_> = calls.answers.iter_mut().map(now_or_never).collect();
             assert_eq!(heard, [Some(Ok(vec![(); many])), Some(Ok(vec![(); few]))]);
+        });
+    }
+
+    /// A caller's stats time its call to when the host accepted the answer: a response
+    /// decoded in the turn, and a handler's error, at the turn's clock read; a response decoded
+    /// outside the lock once its decode is done, which its caller waited through.
+    #[test]
+    fn an_answer_is_timed_at_its_turn_or_after_its_decode_outside_the_lock() {
+        runtime().block_on(async {
+            let mut calls = Calls::<Vec<()>>::begin(vec![None, None, None]);
+            let ids = calls.ids.clone();
+            calls.worker.reply_return(ids[0], units(3)).unwrap();
+            let error =
+                airlock_protocol::RemoteError::new(airlock_protocol::ErrorKind::Handler, "no");
+            calls.worker.reply_fail(ids[1], &error).unwrap();
+            calls
+                .worker
+                .reply_return(ids[2], units(ITEMS_IN_TURN * 4))
+                .unwrap();
+            let mut taken = received(calls.written());
+            let mut decoded = Vec::new();
+            let turned = calls.turn(&mut taken, &mut decoded);
+            assert!(taken.is_empty(), "the three frames took more than one turn");
+            let at = turned.at;
+            assert!(
+                !calls.finish(turned, &mut decoded),
+                "an honest worker was cut off"
+            );
+            let mut heard = Vec::new();
+            for answer in &mut calls.answers {
+                let outcome = now_or_never(&mut *answer).expect("not answered");
+                heard.push((outcome.is_ok(), answer.answered_at()));
+            }
+            assert_eq!(heard[0], (true, Some(at)));
+            assert_eq!(heard[1], (false, Some(at)));
+            let (ok, decoded_at) = heard[2];
+            assert!(ok);
+            assert!(
+                decoded_at.is_some_and(|decoded_at| decoded_at > at),
+                "a response decoded outside the lock was timed at its turn"
+            );
         });
     }
 
