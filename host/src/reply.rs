@@ -56,8 +56,8 @@ enum State<T> {
     /// The response, decoded but not yet given to the caller (see [`Decoded`]); the caller
     /// waits on as in `Waiting`.
     Held(T, Option<Waker>),
-    /// The outcome, not yet taken, with when the reader's turn that accepted a response
-    /// began (a failure has none).
+    /// The outcome, not yet taken, with when the host accepted it if the worker gave it (a
+    /// response or the handler's own error; none for a failure of the host's).
     Ready(Result<T, CallError>, Option<Instant>),
     /// Taken by the caller (or never to be: the caller is gone).
     Taken,
@@ -231,9 +231,9 @@ pub(crate) struct Reply<T: Send + 'static> {
 }
 
 impl<T: Send + 'static> Reply<T> {
-    /// When the reader's turn that accepted this call's response began: known once the
-    /// response is taken, so that a caller times its call without reading the clock again.
-    /// `None` before, and for a failure.
+    /// When the host accepted this call's answer (a response or the handler's own error):
+    /// known once the outcome is taken, so that a caller times its call without reading the
+    /// clock again. `None` before, and for a failure of the host's (a timeout, a lost worker).
     pub(crate) fn answered_at(&self) -> Option<Instant> {
         self.answered_at
     }

@@ -138,9 +138,10 @@ pub struct MethodStats {
     pub failed: u64,
     /// How long the calls the worker answered took (a response, or the handler's own error,
     /// [`CallError::Remote`]): from the call's start, before its request is encoded, to when
-    /// the host accepted the response (the clock read of the turn that took its frame) or the
-    /// caller was given the error. Other failures are counted in [`failed`](Self::failed) but
-    /// not timed: a timeout is not a latency.
+    /// the host accepted the worker's answer (the clock read of the reader's turn that took
+    /// its frame, or, for a large response decoded outside the connection's lock, the end of
+    /// that decode). Other failures are counted in [`failed`](Self::failed) but not timed: a
+    /// timeout is not a latency.
     pub latency: LatencyHistogram,
 }
 
