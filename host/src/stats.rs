@@ -543,14 +543,11 @@ impl Counters {
             stats.calls_ok += shard.ok;
             stats.calls_failed.merge(&shard.failed);
             for (name, method) in &shard.methods {
-                match stats.methods.get_mut(name.as_ref()) {
-                    Some(total) => total.merge(method),
-                    None => {
-                        stats
-                            .methods
-                            .insert(name.clone().into_owned(), method.clone());
-                    }
-                }
+                stats
+                    .methods
+                    .entry(name.to_string())
+                    .or_default()
+                    .merge(method);
             }
             stats.other_methods.merge(&shard.other);
         }

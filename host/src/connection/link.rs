@@ -36,9 +36,6 @@ pub(crate) struct Link {
     pub(super) refused: Vec<(Replier, DecodeError)>,
     /// Calls that timed out in the turn being settled.
     timed_out: Vec<Replier>,
-    /// The clock read of the reader's turn under way (none between turns): when a handler's
-    /// error completed in it was accepted, for its caller's stats.
-    pub(super) turn_at: Option<Instant>,
 }
 
 impl Link {
@@ -101,7 +98,14 @@ impl Link {
     }
 
     /// Answers a completed call, except a response, which is handed back to be decoded.
-    pub(super) fn complete(&mut self, id: CallId, outcome: Outcome) -> Option<Returned> {
+    /// `accepted_at` is the clock read of the reader's turn that accepted the frame, if one
+    /// did: when a handler's error was accepted, for its caller's stats.
+    pub(super) fn complete(
+        &mut self,
+        id: CallId,
+        outcome: Outcome,
+        accepted_at: Option<Instant>,
+    ) -> Option<Returned> {
         let Responder {
             method, key, reply, ..
         } = self.responders.remove(&id)?;
@@ -115,7 +119,7 @@ impl Link {
                 })
             }
             Outcome::Failed(err) => {
-                reply.fail_at(CallError::Remote(err), self.turn_at);
+                reply.fail_at(CallError::Remote(err), accepted_at);
                 return None;
             }
             // Answered when the turn is settled: at once if the worker lives on (it was sent

@@ -417,18 +417,19 @@ impl Core {
     /// the session, before the lock is released.
     pub(crate) fn settle(&mut self) -> Settled {
         let mut settled = Settled::default();
-        self.settle_events(&mut settled);
+        self.settle_events(&mut settled, None);
         self.settle_transmits(&mut settled);
         settled
     }
 
     /// The first half of [`settle`](Self::settle): the session's events, into `settled`. The
-    /// reader runs it after each frame of its turn, to act on that frame before the next.
-    fn settle_events(&mut self, settled: &mut Settled) {
+    /// reader runs it after each frame of its turn, to act on that frame before the next,
+    /// with `accepted_at`, the turn's clock read (frames are accepted only there).
+    fn settle_events(&mut self, settled: &mut Settled, accepted_at: Option<Instant>) {
         while let Some(event) = self.session.poll_event() {
             match event {
                 Event::Completed { id, outcome } => {
-                    if let Some(returned) = self.link.complete(id, outcome) {
+                    if let Some(returned) = self.link.complete(id, outcome, accepted_at) {
                         match settled.returned {
                             None => settled.returned = Some(returned),
                             Some(_) => settled.more.push(returned),

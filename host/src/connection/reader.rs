@@ -256,7 +256,6 @@ fn take_turn(
     // that passed while one waited is seen before it, and it cannot complete a call already
     // over.
     let now = Instant::now();
-    core.link.turn_at = Some(now);
     if core.session.poll_timeout().is_some_and(|at| at <= now) {
         core.session.handle_timeout(now);
     }
@@ -269,7 +268,7 @@ fn take_turn(
             Err(TransportError::Frame(err)) => session.handle_framing_error(err),
             Err(_) => session.abort(CloseReason::Aborted(AbortReason::TransportFailed)),
         }
-        core.settle_events(&mut settled);
+        core.settle_events(&mut settled, Some(now));
         if last || !settled.updates.is_empty() {
             break;
         }
@@ -286,7 +285,6 @@ fn take_turn(
         }
     }
     core.settle_transmits(&mut settled);
-    core.link.turn_at = None;
     Turned {
         settled,
         last,
