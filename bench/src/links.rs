@@ -442,22 +442,25 @@ impl Caller for Pool {
     }
 }
 
-/// `n` 64-byte `Echo` calls, `window` of them in flight (one task per slot of the window).
+/// `n` 64-byte `Echo` calls, `window` of them in flight until fewer than `window` are left to
+/// begin (one task per slot of the window, each taking its next call from the burst's
+/// [`Budget`]).
 pub fn pipelined<C: Caller>(
     rt: &Runtime,
     caller: &C,
     n: u32,
     window: u32,
 ) -> Result<Duration, Error> {
+    let budget = Budget::of(n);
     rt.block_on(async {
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
-        for slot in 0..window {
+        for _ in 0..window {
             let caller = caller.clone();
-            let share = n / window + u32::from(slot < n % window);
+            let budget = budget.clone();
             tasks.spawn(async move {
                 let message = small();
-                for _ in 0..share {
+                while budget.take_one() {
                     caller.echo(&message).await?;
                 }
                 Ok::<(), airlock_host::CallError>(())
@@ -468,6 +471,28 @@ pub fn pipelined<C: Caller>(
         }
         Ok(started.elapsed())
     })
+}
+
+/// The calls of a pipelined burst still to begin, shared by its tasks: a task that finishes a
+/// call takes the next one from here, so the window stays full until the last calls, as the
+/// raw echo's does. (With a fixed share per task, the tasks that the runtime served less would
+/// be left running alone at the end, with fewer calls in flight.)
+#[derive(Clone)]
+pub struct Budget(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl Budget {
+    /// `n` calls to begin.
+    pub fn of(n: u32) -> Self {
+        Self(std::sync::Arc::new(std::sync::atomic::AtomicU32::new(n)))
+    }
+
+    /// Takes one call to begin: `false` once none is left.
+    pub fn take_one(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0
+            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// One `Echo` of `body`.

@@ -19,7 +19,7 @@ use tokio::net::unix::pipe::{Receiver, Sender};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
-use crate::links::{async_echo_peer, Error};
+use crate::links::{async_echo_peer, Budget, Error};
 use crate::peer::SMALL;
 
 /// The echo peer on two pipes registered with one runtime's reactor.
@@ -65,7 +65,8 @@ impl MultiplexedLink {
     }
 
     /// `n` 64-byte messages from `window` tasks of `rt` (at most 65,536), each writing its
-    /// message itself and awaiting its answer before the next.
+    /// message itself and awaiting its answer before it takes the next from the burst's
+    /// shared [`Budget`].
     pub fn pipelined(&mut self, rt: &Runtime, n: u32, window: u32) -> Result<Duration, Error> {
         if window == 0 {
             return Err("a window of at least one call".into());
@@ -82,9 +83,14 @@ impl MultiplexedLink {
             let started = Instant::now();
             let reader = tokio::spawn(answer_all(Arc::clone(&shared), from, n));
             let mut tasks = tokio::task::JoinSet::new();
+            let budget = Budget::of(n);
             for slot in 0..=slots {
-                let share = n / window + u32::from(u32::from(slot) < n % window);
-                tasks.spawn(call_in_turn(Arc::clone(&shared), slot, share, work));
+                tasks.spawn(call_in_turn(
+                    Arc::clone(&shared),
+                    slot,
+                    budget.clone(),
+                    work,
+                ));
             }
             while let Some(done) = tasks.join_next().await {
                 done??;
@@ -108,17 +114,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One task's `share` of the calls, each after `work` of CPU work: its slot's number in the
-/// message's first two bytes.
+/// One task's calls, taken one by one from the burst's `budget`, each after `work` of CPU
+/// work: its slot's number in the message's first two bytes.
 async fn call_in_turn(
     shared: Arc<Shared>,
     slot: u16,
-    share: u32,
+    budget: Budget,
     work: Duration,
 ) -> std::io::Result<()> {
     let mut message = [0x5au8; SMALL];
     message[..2].copy_from_slice(&slot.to_le_bytes());
-    for _ in 0..share {
+    while budget.take_one() {
         busy_for(work);
         let (waiter, answer) = oneshot::channel();
         match lock(&shared.waiting).as_mut() {
