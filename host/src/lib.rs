@@ -64,9 +64,9 @@
 //!   small call took 1.25–1.39× as long from `block_on` as from a spawned task with both
 //!   processes on one CPU, and 2.0–2.1× across two (`BENCHMARKS.md`, runs 17, 18, 23, 24).
 //! - With few CPUs, pipelined calls run faster on a current-thread runtime: on two CPUs, 256
-//!   calls in flight on one worker made 1,066k calls/s from a current-thread host against
-//!   881k/s from a 2-thread one, whose two threads left the worker less than a CPU of its own
-//!   (`BENCHMARKS.md`, run 50).
+//!   calls in flight on one worker made 1,100–1,130k calls/s from a current-thread host
+//!   against 835–905k/s from a 2-thread one, whose two threads left the worker less than a
+//!   CPU of its own (`BENCHMARKS.md`, runs 51–55).
 //! - A worker that runs one handler at a time (`max_concurrency(1)`) runs a blocking handler
 //!   on its serving thread, without a hop to a pool thread (0.44× the time).
 //! - A worker served by `serve_blocking` with `Worker::idle_wait_in_os` waits for the next
