@@ -168,10 +168,11 @@ fn phase(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `spawns N --worker PATH [--unconfined] [--resident MIB] [--threads T] [--pool K]`: N spawns
-/// to ready beside raw spawns, split into the host's launch and handshake phases
+/// `spawns N --worker PATH [--unconfined] [--resident MIB] [--threads T] [--gap MS] [--pool K]`:
+/// N spawns to ready beside raw spawns, split into the host's launch and handshake phases
 /// (`spawn_phases.rs`), on a current-thread runtime or one of T threads (the bench's spawn rows
-/// use 2); with `--pool K`, instead N `Pool`s of K beside K spawns one after another.
+/// use 2), each after MS milliseconds idle with `--gap`; with `--pool K`, instead N `Pool`s of
+/// K beside K spawns one after another.
 fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let n: u32 = args.first().ok_or(USAGE)?.parse()?;
     let unconfined = args.iter().any(|a| a == "--unconfined");
@@ -180,12 +181,13 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let resident = number_after(args, "--resident")?;
     let threads = number_after(args, "--threads")?.unwrap_or(0) as usize;
     let pool = number_after(args, "--pool")?;
+    let gap = number_after(args, "--gap")?.map(|ms| std::time::Duration::from_millis(ms.into()));
     let mut rest = Vec::new();
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
             "--unconfined" => {}
-            "--resident" | "--threads" | "--pool" => {
+            "--resident" | "--threads" | "--pool" | "--gap" => {
                 given.next();
             }
             _ => rest.push(arg.clone()),
@@ -195,7 +197,7 @@ fn profile_spawns(args: &[String]) -> Result<(), Error> {
     let ballast = vec![1u8; resident.unwrap_or(0) as usize * 1024 * 1024];
     match pool {
         Some(size) => spawn_phases::pools(n, &options.worker, unconfined, threads, size as usize)?,
-        None => spawn_phases::run(n, &options.worker, unconfined, threads)?,
+        None => spawn_phases::run(n, &options.worker, unconfined, threads, gap)?,
     }
     drop(std::hint::black_box(ballast));
     Ok(())

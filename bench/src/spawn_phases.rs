@@ -1,5 +1,6 @@
-//! `spawns N --worker PATH [--unconfined] [--threads T]`: where spawn-to-ready goes. N spawns, each beside a
-//! raw spawn (interleaved), split by the host's own DEBUG events: the launch (`airlock::spawn`,
+//! `spawns N --worker PATH [--unconfined] [--threads T] [--gap MS]`: where spawn-to-ready goes.
+//! N spawns, each beside a raw spawn (interleaved; with `--gap`, each after MS milliseconds
+//! idle, as a host that starts a worker now and then does), split by the host's own DEBUG events: the launch (`airlock::spawn`,
 //! from the supervisor's start of a launch to a connected channel: the spawner thread, the
 //! channel, the fork and `exec`, and for confined workers the sandbox's set-up) and the
 //! handshake (`airlock::handshake`, from there to the worker's verified `Hello`). What is left
@@ -73,7 +74,13 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(), Error> {
+pub fn run(
+    n: u32,
+    worker: &str,
+    unconfined: bool,
+    threads: usize,
+    gap: Option<Duration>,
+) -> Result<(), Error> {
     let phases = Arc::new(Mutex::new(Phases::default()));
     tracing::subscriber::set_global_default(Recorder(Arc::clone(&phases)))
         .map_err(|_| "a tracing subscriber is already installed")?;
@@ -85,6 +92,9 @@ pub fn run(n: u32, worker: &str, unconfined: bool, threads: usize) -> Result<(),
         (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..n {
         raw.push(links::raw_spawn()?.as_secs_f64() * 1e6);
+        if let Some(gap) = gap {
+            std::thread::sleep(gap);
+        }
         let started = Instant::now();
         let elapsed: Duration = rt.block_on(async {
             let host = airlock_host::Host::builder(worker)

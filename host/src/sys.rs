@@ -29,7 +29,7 @@ pub(crate) type SetUp = Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>;
 /// The channel goes last because `dup2` onto fd 3 closes whatever the child has there, and
 /// that can be a descriptor the set-up needs: the host opens them while other threads open
 /// and close descriptors, so any of them can get number 3, and the set-up's writes to it
-/// (the worker's pid to a `cgroup.procs` descriptor, a report) would go into the channel.
+/// (a pid or `0` to a cgroup's descriptor, a report) would go into the channel.
 /// Last, only the worker's own copy goes, after the set-up's last use of it.
 pub(crate) fn prepare_child(
     command: &mut Command,

@@ -101,11 +101,13 @@ impl ChildPlan {
         if let Some(go) = &go {
             rustix::io::write(go, b"g").map_err(|e| (ConfinementStep::Synchronise, e))?;
         }
-        // Moving a task between cgroups can take a millisecond or more (cgroup v1 waits for
-        // an RCU grace period): done while init builds its root, and init waits for "joined"
-        // before it starts the worker or enters a cgroup namespace.
+        // Moving a process by its pid can wait for an RCU grace period (`cgroup`): done while
+        // init builds its root, and init waits for "joined" before it joins the rest itself,
+        // starts the worker or enters a cgroup namespace.
         if let Some(cgroup) = &self.cgroup {
-            cgroup.join(pid).map_err(|e| (ConfinementStep::Cgroup, e))?;
+            cgroup
+                .join_by_pid(pid)
+                .map_err(|e| (ConfinementStep::Cgroup, e))?;
         }
         if let Some(go) = &go {
             rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
@@ -200,12 +202,18 @@ impl ChildPlan {
             mounts.build_and_enter()?;
         }
         let _ = rustix::system::sethostname(b"airlock");
-        // The keeper has moved this process into its cgroup: wait for it to say so, then a
-        // cgroup namespace rooted there.
+        // The keeper has moved this process into the cgroups it joins by pid: wait for it to
+        // say so, join the others from here (this process is one thread), then a cgroup
+        // namespace rooted there.
         match rustix::io::read(&go, &mut byte) {
             Ok(1) if byte[0] == b'j' => {}
             Ok(_) => return Err((Synchronise, Errno::PIPE).into()),
             Err(e) => return Err((Synchronise, e).into()),
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup
+                .join_self()
+                .map_err(|e| (ConfinementStep::Cgroup, e))?;
         }
         crate::sys::unshare_cgroup_namespace().map_err(|e| (ConfinementStep::Cgroup, e))?;
         self.limits.apply()?;
@@ -251,8 +259,10 @@ impl ChildPlan {
     /// Without namespaces (best effort): the forked child confines itself in place.
     fn confine_in_place(&mut self) -> StepResult {
         if let Some(cgroup) = &self.cgroup {
+            // This child is a process of one thread: it joins v1 cgroups as init does.
             cgroup
-                .join(rustix::process::getpid().as_raw_nonzero().get())
+                .join_by_pid(rustix::process::getpid().as_raw_nonzero().get())
+                .and_then(|()| cgroup.join_self())
                 .map_err(|e| (ConfinementStep::Cgroup, e))?;
         }
         self.limits.apply()?;
