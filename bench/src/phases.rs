@@ -777,7 +777,13 @@ fn allocations(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
-/// The codec beside plain postcard, then spawn to ready beside a raw spawn.
+/// How long the host sits idle before each spawn of the after-idle row: as a host that
+/// starts a worker now and then does, where a burst of spawns leaves the kernel's state warm
+/// for the next.
+const IDLE_BEFORE_SPAWN: Duration = Duration::from_millis(300);
+
+/// The codec beside plain postcard, then spawn to ready beside a raw spawn, back to back and
+/// after the host was idle.
 fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     // The codec row runs first, so every spawn below is made by a host whose heap the decoded
     // tables have grown, as a long-running host's is (the spawn row's figures depend on it).
@@ -840,11 +846,34 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     // BENCHMARKS.md, "Spawn to ready"), and in one interleave with the row above, only the
     // `Pool`'s bursts ever followed that row's `none()` burst. One round of the `Pool` row
     // is run and dropped first, so that its first measured burst follows one of its own.
+    // One spawn a burst, after the host was idle.
+    let after_idle = |f: &mut dyn FnMut() -> Result<Duration, Error>| -> Result<f64, Error> {
+        std::thread::sleep(IDLE_BEFORE_SPAWN);
+        Ok(f()?.as_secs_f64() * 1e3)
+    };
+    let idle_spawn = Measured {
+        row: Row::new(
+            "spawn to ready after 300 ms idle",
+            Unit::Millis,
+            "Confinement::strict() (default)",
+            &["raw spawn to first byte", "Confinement::none()"],
+        ),
+        bursts: vec![
+            Box::new(|| {
+                after_idle(&mut || links::spawn_to_ready(&rt, worker, Confinement::strict()))
+            }),
+            Box::new(|| after_idle(&mut links::raw_spawn)),
+            Box::new(|| {
+                after_idle(&mut || links::spawn_to_ready(&rt, worker, Confinement::none()))
+            }),
+        ],
+    };
     let mut rows = interleave(vec![one_spawn], scale.reps)?;
     for burst in &mut pool_of_four.bursts {
         burst()?;
     }
     rows.extend(interleave(vec![pool_of_four], scale.reps)?);
+    rows.extend(interleave(vec![idle_spawn], scale.reps)?);
     rows.extend(codec);
     Ok(rows)
 }

@@ -517,7 +517,9 @@ fn verified(
         found: "reaped".into(),
     })?;
     if !prepared.expected.namespaces {
+        // Without namespaces the host's child is the worker itself.
         let report = crate::confinement::verify_spawned(keeper, None, &prepared.expected)?;
+        in_its_cgroup(prepared, keeper)?;
         return Ok((keeper, None, report));
     }
     let reports = prepared.read_reports();
@@ -547,16 +549,21 @@ fn verified(
     })?;
     let worker_fd = pidfd_of(pid)?;
     let report = crate::confinement::verify_spawned(pid, Some(init), &prepared.expected)?;
-    if let Some(cgroup) = &prepared.cgroup {
-        if !cgroup.holds(pid) {
-            return Err(ConfinementError::Verification {
-                check: "/proc/<pid>/cgroup",
-                expected: "the worker's own cgroup".into(),
-                found: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
-            });
-        }
-    }
+    in_its_cgroup(prepared, pid)?;
     Ok((pid, Some(worker_fd), report))
+}
+
+/// Refuses a worker that is not in every hierarchy of the cgroup made for it, where one was:
+/// its report says it runs under the cgroup's limits.
+fn in_its_cgroup(prepared: &Prepared, pid: u32) -> Result<(), ConfinementError> {
+    match &prepared.cgroup {
+        Some(cgroup) if !cgroup.holds(pid) => Err(ConfinementError::Verification {
+            check: "/proc/<pid>/cgroup",
+            expected: "the worker's own cgroup".into(),
+            found: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn pidfd_of(pid: u32) -> Result<OwnedFd, ConfinementError> {

@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use airlock_host::{CallError, Confinement, ConfinementMode, Host, LostReason};
+use airlock_host::{
+    CallError, Confinement, ConfinementError, ConfinementMode, Host, LostReason, SpawnError,
+};
 use airlock_tests::attack::{a_call_whose_worker_is_signalled, Attack, NO_SELF_FILTER};
 use airlock_tests::e2e::{attack_bin, parent_of, ScratchDir};
 use airlock_worker::builtin::Echo;
@@ -190,6 +192,112 @@ async fn sixty_four_forks_meet_the_process_limit() {
             "some forks must fail: {err:?}"
         ),
         other => panic!("64 forks under a limit of 16 must not all succeed: {other:?}"),
+    }
+}
+
+/// The path of a `/proc/<pid>/cgroup` line of the v1 `pids` hierarchy.
+fn v1_pids_path(line: &str) -> Option<&str> {
+    let mut parts = line.splitn(3, ':');
+    let _id = parts.next()?;
+    let controllers = parts.next()?;
+    let path = parts.next()?;
+    controllers.split(',').any(|c| c == "pids").then_some(path)
+}
+
+/// The directory of `pid`'s `pids` cgroup as this process sees it: a v1 `pids` hierarchy, or
+/// the v2 one where it has the controller.
+fn pids_cgroup_dir(pid: u32) -> std::path::PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    for mount in mountinfo.lines() {
+        let Some((left, right)) = mount.split_once(" - ") else {
+            continue;
+        };
+        let Some(point) = left.split_whitespace().nth(4) else {
+            continue;
+        };
+        let mut right = right.split_whitespace();
+        let (fstype, options) = (right.next(), right.nth(1).unwrap_or(""));
+        let path = match fstype {
+            Some("cgroup") if options.split(',').any(|o| o == "pids") => {
+                cgroups.lines().find_map(v1_pids_path)
+            }
+            Some("cgroup2") => cgroups.lines().find_map(|l| l.strip_prefix("0::")),
+            _ => None,
+        };
+        if let Some(path) = path {
+            let dir = std::path::Path::new(point).join(path.trim_start_matches('/'));
+            if dir.join("pids.max").exists() {
+                return dir;
+            }
+        }
+    }
+    panic!("no pids cgroup for {pid}: {cgroups}");
+}
+
+/// Where the host can give its worker a cgroup (here: as root), the process limit is also the
+/// cgroup's `pids.max`, which counts every task of the worker, its init included, whatever uid
+/// it runs as; the rlimit counts only those of the worker's uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_pids_cgroup_carries_the_process_limit() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: an unprivileged host here has no cgroup to give");
+        return;
+    }
+    let host = Host::builder(attack_bin())
+        .confinement(Confinement::strict().max_processes(16))
+        .spawn()
+        .await
+        .unwrap();
+    assert!(host.worker_info().confinement.cgroup);
+    let worker = host.worker_pid().unwrap();
+    let init = parent_of(worker);
+    let dir = pids_cgroup_dir(worker);
+    assert_eq!(
+        pids_cgroup_dir(init),
+        dir,
+        "the worker's init is in the worker's cgroup"
+    );
+    assert!(
+        dir.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("airlock-")),
+        "the worker is in a cgroup of its own, not its host's: {dir:?}"
+    );
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    assert_eq!(read("pids.max").trim(), "16");
+    let tasks: u64 = read("pids.current").trim().parse().unwrap();
+    assert!(tasks >= 2, "the worker and its init are counted: {tasks}");
+    host.shutdown().await;
+}
+
+/// A process limit of 1 leaves no room for the worker beside its init: the spawn is refused
+/// by the setting's name instead of failing in the child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_limit_below_two_is_refused_by_name() {
+    let refused = Host::builder(attack_bin())
+        .confinement(Confinement::strict().max_processes(1))
+        .spawn()
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(SpawnError::Confinement(ConfinementError::InvalidLimit {
+                setting: "max_processes",
+                value: 1,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    // Two is room for init and the worker's first thread: the worker starts and says hello
+    // (what it can do after that depends on how many threads its runtime wants).
+    let host = Host::builder(attack_bin())
+        .confinement(Confinement::strict().max_processes(2))
+        .spawn()
+        .await;
+    assert!(host.is_ok(), "{:?}", host.as_ref().err());
+    if let Ok(host) = host {
+        host.shutdown().await;
     }
 }
 

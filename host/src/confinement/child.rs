@@ -6,7 +6,8 @@
 //!                  │ list the host's memory       │ parent-death signal,   │ own session
 //!                  │ write uid/gid maps           │   wait for "go"        │ channel to fd 3
 //!                  │ oom_score_adj, "go"          │ copy granted paths     ▼ execve
-//!                  │ cgroup, "joined"             │   (open_tree)
+//!                  │ cgroup v2: move init in;     │   (open_tree)
+//!                  │   "joined"                   │
 //!                  │ report init's pid            │
 //!                  │ close every descriptor       │
 //!                  │ drop the host's memory       │
@@ -14,6 +15,7 @@
 //!                  ▼                              │   parent-death signal again
 //!                                                 │ build root, pivot_root, read-only
 //!                                                 │ hostname; wait for "joined",
+//!                                                 │   cgroup v1: move itself in,
 //!                                                 │   cgroup namespace
 //!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp

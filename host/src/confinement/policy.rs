@@ -207,7 +207,9 @@ impl Confinement {
     }
 
     /// How many processes and threads the worker may have at once (`RLIMIT_NPROC`, counted in
-    /// its own user namespace). Default [`DEFAULT_MAX_PROCESSES`]; must not be 0.
+    /// its own user namespace, and the `pids` limit of its cgroup where it has one), the
+    /// namespace's init included. Default [`DEFAULT_MAX_PROCESSES`]; must be at least 2, else
+    /// the spawn fails with [`ConfinementError::InvalidLimit`](crate::ConfinementError).
     #[must_use]
     pub fn max_processes(mut self, processes: u64) -> Self {
         self.max_processes = Some(processes);

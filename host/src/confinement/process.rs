@@ -47,7 +47,13 @@ impl Limits {
             let seconds = check("cpu_time", Some(seconds), 1, "at least one second")?;
             entries.extend(seconds.map(|s| (Resource::Cpu, s)));
         }
-        if let Some(n) = check("max_processes", policy.max_processes, 1, "at least 1")? {
+        // In namespaces init counts too: with one process, the worker could never start.
+        if let Some(n) = check(
+            "max_processes",
+            policy.max_processes,
+            2,
+            "at least 2 (the worker's init is one of them)",
+        )? {
             entries.push((Resource::Nproc, n));
         }
         if let Some(n) = check("max_open_files", policy.max_open_files, 16, "at least 16")? {
