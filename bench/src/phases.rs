@@ -797,21 +797,13 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
         }
         Ok(total.as_secs_f64() * 1e3 / f64::from(spawns))
     };
-    let one_spawn = Measured {
-        row: Row::new(
-            "spawn to ready",
-            Unit::Millis,
-            "Confinement::strict() (default)",
-            &["raw spawn to first byte", "Confinement::none()"],
-        ),
-        bursts: vec![
-            Box::new(|| {
-                per_spawn(&mut || links::spawn_to_ready(&rt, worker, Confinement::strict()))
-            }),
-            Box::new(|| per_spawn(&mut links::raw_spawn)),
-            Box::new(|| per_spawn(&mut || links::spawn_to_ready(&rt, worker, Confinement::none()))),
-        ],
+    let one_spawn = spawn_row("spawn to ready", &rt, worker, per_spawn);
+    // One spawn a burst, after the host was idle.
+    let after_idle = |f: &mut dyn FnMut() -> Result<Duration, Error>| -> Result<f64, Error> {
+        std::thread::sleep(IDLE_BEFORE_SPAWN);
+        Ok(f()?.as_secs_f64() * 1e3)
     };
+    let idle_spawn = spawn_row("spawn to ready after 300 ms idle", &rt, worker, after_idle);
     let mut pool_of_four = Measured {
         row: Row::new(
             "spawn a Pool of 4 to ready",
@@ -846,28 +838,6 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     // BENCHMARKS.md, "Spawn to ready"), and in one interleave with the row above, only the
     // `Pool`'s bursts ever followed that row's `none()` burst. One round of the `Pool` row
     // is run and dropped first, so that its first measured burst follows one of its own.
-    // One spawn a burst, after the host was idle.
-    let after_idle = |f: &mut dyn FnMut() -> Result<Duration, Error>| -> Result<f64, Error> {
-        std::thread::sleep(IDLE_BEFORE_SPAWN);
-        Ok(f()?.as_secs_f64() * 1e3)
-    };
-    let idle_spawn = Measured {
-        row: Row::new(
-            "spawn to ready after 300 ms idle",
-            Unit::Millis,
-            "Confinement::strict() (default)",
-            &["raw spawn to first byte", "Confinement::none()"],
-        ),
-        bursts: vec![
-            Box::new(|| {
-                after_idle(&mut || links::spawn_to_ready(&rt, worker, Confinement::strict()))
-            }),
-            Box::new(|| after_idle(&mut links::raw_spawn)),
-            Box::new(|| {
-                after_idle(&mut || links::spawn_to_ready(&rt, worker, Confinement::none()))
-            }),
-        ],
-    };
     let mut rows = interleave(vec![one_spawn], scale.reps)?;
     for burst in &mut pool_of_four.bursts {
         burst()?;
@@ -876,6 +846,31 @@ fn spawn_and_codec(worker: &str, scale: Scale) -> Result<Vec<Row>, Error> {
     rows.extend(interleave(vec![idle_spawn], scale.reps)?);
     rows.extend(codec);
     Ok(rows)
+}
+
+/// A spawn row: `strict()` beside a raw spawn and `none()`, each burst timed by `time`, which
+/// runs the spawn it is given and returns milliseconds.
+fn spawn_row<'a>(
+    name: &'static str,
+    rt: &'a Runtime,
+    worker: &'a str,
+    time: impl Fn(&mut dyn FnMut() -> Result<Duration, Error>) -> Result<f64, Error> + Copy + 'a,
+) -> Measured<'a> {
+    Measured {
+        row: Row::new(
+            name,
+            Unit::Millis,
+            "Confinement::strict() (default)",
+            &["raw spawn to first byte", "Confinement::none()"],
+        ),
+        bursts: vec![
+            Box::new(move || {
+                time(&mut || links::spawn_to_ready(rt, worker, Confinement::strict()))
+            }),
+            Box::new(move || time(&mut links::raw_spawn)),
+            Box::new(move || time(&mut || links::spawn_to_ready(rt, worker, Confinement::none()))),
+        ],
+    }
 }
 
 /// The codec beside plain postcard. Each burst is a single decode, and the two alternate
