@@ -195,13 +195,17 @@ async fn sixty_four_forks_meet_the_process_limit() {
     }
 }
 
-/// The path of a `/proc/<pid>/cgroup` line of the v1 `pids` hierarchy.
-fn v1_pids_path(line: &str) -> Option<&str> {
+/// The path a `/proc/<pid>/cgroup` line gives, if it is the line of the v1 hierarchy of
+/// `controller`.
+fn v1_path<'l>(line: &'l str, controller: &str) -> Option<&'l str> {
     let mut parts = line.splitn(3, ':');
     let _id = parts.next()?;
     let controllers = parts.next()?;
     let path = parts.next()?;
-    controllers.split(',').any(|c| c == "pids").then_some(path)
+    controllers
+        .split(',')
+        .any(|c| c == controller)
+        .then_some(path)
 }
 
 /// The directory of `pid`'s `pids` cgroup as this process sees it: a v1 `pids` hierarchy, or
@@ -220,7 +224,7 @@ fn pids_cgroup_dir(pid: u32) -> std::path::PathBuf {
         let (fstype, options) = (right.next(), right.nth(1).unwrap_or(""));
         let path = match fstype {
             Some("cgroup") if options.split(',').any(|o| o == "pids") => {
-                cgroups.lines().find_map(v1_pids_path)
+                cgroups.lines().find_map(|l| v1_path(l, "pids"))
             }
             Some("cgroup2") => cgroups.lines().find_map(|l| l.strip_prefix("0::")),
             _ => None,
@@ -829,6 +833,22 @@ fn best_effort_starts_a_confined_worker_where_namespaces_are_unavailable() {
             report.seccomp_filters > 0 && report.landlock_abi.is_some(),
             "{report:?}"
         );
+        // A worker reported under a cgroup is in one of its own, in every hierarchy (the host
+        // checks it from outside, as with namespaces).
+        let worker = host.worker_pid().unwrap();
+        if report.cgroup {
+            let cgroups = std::fs::read_to_string(format!("/proc/{worker}/cgroup")).unwrap();
+            let own = |path: Option<&str>| {
+                path.and_then(|p| p.rsplit('/').next())
+                    .is_some_and(|name| name.starts_with("airlock-"))
+            };
+            let v1 = |controller| cgroups.lines().find_map(|l| v1_path(l, controller));
+            let v2 = cgroups.lines().find_map(|line| line.strip_prefix("0::"));
+            assert!(
+                (own(v1("memory")) && own(v1("pids"))) || own(v2),
+                "the worker is in its own cgroup in every hierarchy: {cgroups}"
+            );
+        }
         let echoed = host
             .call::<Echo>(&ByteBuf::from(b"still serving".to_vec()))
             .await;

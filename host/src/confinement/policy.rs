@@ -206,10 +206,14 @@ impl Confinement {
         self
     }
 
-    /// How many processes and threads the worker may have at once (`RLIMIT_NPROC`, counted in
-    /// its own user namespace, and the `pids` limit of its cgroup where it has one), the
-    /// namespace's init included. Default [`DEFAULT_MAX_PROCESSES`]; must be at least 2, else
-    /// the spawn fails with [`ConfinementError::InvalidLimit`](crate::ConfinementError).
+    /// How many processes and threads the worker may have at once, the namespace's init
+    /// included: `RLIMIT_NPROC`, counted in the worker's own user namespace, and the `pids`
+    /// limit of its cgroup where it has one. The worker's runtime and handler threads count,
+    /// so a limit near the minimum starts a worker that may not be able to answer a call.
+    /// Without namespaces ([`best_effort`](Self::best_effort) on a kernel without them) the
+    /// rlimit counts every process of the worker's uid, which a root host's workers share
+    /// (SECURITY.md). Default [`DEFAULT_MAX_PROCESSES`]; must be at least 2, else the spawn
+    /// fails with [`ConfinementError::InvalidLimit`](crate::ConfinementError).
     #[must_use]
     pub fn max_processes(mut self, processes: u64) -> Self {
         self.max_processes = Some(processes);
