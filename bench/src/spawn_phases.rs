@@ -1,10 +1,11 @@
 //! `spawns N --worker PATH [--unconfined] [--threads T] [--gap MS]`: where spawn-to-ready goes.
 //! N spawns, each beside a raw spawn (interleaved; with `--gap`, each after MS milliseconds
-//! idle, as a host that starts a worker now and then does), split by the host's own DEBUG events: the launch (`airlock::spawn`,
-//! from the supervisor's start of a launch to a connected channel: the spawner thread, the
-//! channel, the fork and `exec`, and for confined workers the sandbox's set-up) and the
-//! handshake (`airlock::handshake`, from there to the worker's verified `Hello`). What is left
-//! is the builder, the supervisor's start and the return to the caller. With `--pool K`, N
+//! idle, as a host that starts a worker now and then does), split by the host's own DEBUG
+//! events: the launch (`airlock::spawn`, from the supervisor's start of a launch to a
+//! connected channel: the spawner thread, the channel, the fork and `exec`, and for confined
+//! workers the sandbox's set-up) and the handshake (`airlock::handshake`, from there to the
+//! worker's verified `Hello`). What is left is the builder, the supervisor's start and the
+//! return to the caller. With `--pool K`, N
 //! `Pool`s of K to ready instead, each beside K spawns one after another (the order flipping
 //! every round): whether a `Pool`'s concurrent spawns gain anything on this machine.
 
