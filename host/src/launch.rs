@@ -296,7 +296,8 @@ impl Drop for WorkerProcess {
     }
 }
 
-/// Removes a reaped worker's cgroup (everything in it died with the worker's PID namespace).
+/// Removes a reaped worker's cgroup, killing whatever of the worker is still in it (see
+/// `WorkerCgroup::remove`).
 fn remove_cgroup(cgroup: &mut Option<crate::confinement::WorkerCgroup>) {
     if let Some(mut cgroup) = cgroup.take() {
         cgroup.remove();

@@ -451,9 +451,10 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     let (pid, pidfd, report) = match verified(&child, &prepared) {
         Ok(found) => found,
         Err(err) => {
-            // A worker that exited at once cannot be read back, and cannot run anything
-            // either (its PID namespace died with it): let the supervisor report its exit
-            // and its stderr instead of a failed check.
+            // A worker that exited at once cannot be read back, and leaves nothing running
+            // for long (its PID namespace died with it; without one, its process group is
+            // killed if the handshake fails and its cgroup once it is reaped): let the
+            // supervisor report its exit and its stderr instead of a failed check.
             let exited = tokio::time::timeout(EXITED_AT_ONCE, child.wait())
                 .await
                 .is_ok();
@@ -461,6 +462,14 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
                 let pid = child.id().unwrap_or(0);
                 (pid, None, prepared.expected.clone())
             } else {
+                // Without namespaces the child is the worker and leads its own process
+                // group, which is killed while the unreaped child still holds its id (with
+                // namespaces the keeper's death takes the PID namespace).
+                if !prepared.expected.namespaces {
+                    if let Some(pid) = child.id() {
+                        crate::launch::kill_group(pid);
+                    }
+                }
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 return Err(SpawnError::Confinement(err));

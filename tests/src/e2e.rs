@@ -189,6 +189,15 @@ pub fn named_process(id: u32) -> Option<u32> {
         .find(|pid| command_name(*pid).is_some_and(|comm| comm == name) && process_alive(*pid))
 }
 
+/// SIGKILLs the live process named `air-<id in hex>`, if there is one: what a test that let
+/// such a process outlive its worker cleans up.
+pub fn kill_named(id: u32) {
+    if let Some(pid) = named_process(id).and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
 /// The session id of a process, from `/proc/<pid>/stat`. Read there rather than with
 /// `getsid`: inside a PID namespace whose session leader lives outside it, the kernel reports
 /// session 0, which rustix's `getsid` cannot represent (it panics).

@@ -10,9 +10,10 @@
 //! says so.
 //!
 //! The directories and the descriptors that join them are made before the fork; init joins
-//! before it starts the worker, so the worker runs nothing outside its cgroup. The
-//! directories are removed once the worker is reaped: everything in them died with its PID
-//! namespace.
+//! before it starts the worker, so the worker runs nothing outside its cgroup. Once the
+//! worker is reaped, whatever is left in the cgroup is killed and the directories are
+//! removed: in a PID namespace nothing is left (it died with the worker); without one, a
+//! descendant that left the worker's process group still is, and dies there.
 //!
 //! How init joins decides how long a spawn takes. Moving a whole process (`cgroup.procs`)
 //! takes the kernel's global lock on thread groups, whose write side waits for an RCU grace
@@ -27,6 +28,9 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
+
+/// At most this many rounds of listing and killing what is left in a v1 cgroup (1 ms apart).
+const KILL_ROUNDS: usize = 100;
 
 /// A worker's cgroup directories (one for v2, one per controller for v1), each with the
 /// hierarchy `/proc/<pid>/cgroup` names it by (`""` for v2, else the v1 controller).
@@ -272,9 +276,11 @@ impl WorkerCgroup {
         })
     }
 
-    /// Removes the directories. Called once the worker is reaped; the kernel refuses while a
-    /// task is still leaving, so it retries for a moment.
+    /// Kills every process left in the cgroup, then removes the directories. Called once the
+    /// worker is reaped; the kernel refuses to remove a directory while a task is still
+    /// leaving, so it retries for a moment.
     pub(crate) fn remove(&mut self) {
+        self.kill_members();
         for _ in 0..50 {
             self.dirs.retain(|(dir, _)| match std::fs::remove_dir(dir) {
                 Ok(()) => false,
@@ -284,6 +290,56 @@ impl WorkerCgroup {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl WorkerCgroup {
+    /// SIGKILLs every process in the cgroup. In a PID namespace nothing is left once the
+    /// worker is reaped (the namespace died with it); without one, a descendant that left the
+    /// worker's process group is still here, as no process of the worker may leave its
+    /// cgroup (the files are the host's). v2 asks the kernel (`cgroup.kill`, which also
+    /// catches processes forked meanwhile); v1, or a kernel before 5.14, lists the members and
+    /// kills each, round after round, until none is listed.
+    fn kill_members(&self) {
+        if let Some((dir, _)) = self.dirs.iter().find(|(_, hierarchy)| hierarchy.is_empty()) {
+            if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                return;
+            }
+        }
+        // Each round kills every member listed; a member forked since was forked by one
+        // listed, which is now dead, so the rounds end as soon as the last forks are reaped.
+        for _ in 0..KILL_ROUNDS {
+            let mut listed = false;
+            for (dir, _) in &self.dirs {
+                let Ok(members) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                    continue;
+                };
+                for pid in members.lines().filter_map(|line| line.parse::<i32>().ok()) {
+                    listed = true;
+                    self.kill_member(pid);
+                }
+            }
+            if !listed {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Kills process `pid` if it is in this cgroup. The pidfd is opened before the check, so
+    /// the process signalled is the one checked: if it ended since (and its pid went to a
+    /// process elsewhere), the signal goes nowhere.
+    fn kill_member(&self, pid: i32) {
+        let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+            return;
+        };
+        let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        else {
+            return;
+        };
+        if self.holds(pid.as_raw_nonzero().get().unsigned_abs()) {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         }
     }
 }
