@@ -189,12 +189,35 @@ pub fn named_process(id: u32) -> Option<u32> {
         .find(|pid| command_name(*pid).is_some_and(|comm| comm == name) && process_alive(*pid))
 }
 
-/// SIGKILLs the live process named `air-<id in hex>`, if there is one: what a test that let
+/// The processes with a live thread named `air-<id in hex>`, by pid: unlike
+/// [`named_process`], also one whose first thread has exited (a zombie in `/proc/<pid>/stat`)
+/// while the named thread runs on.
+pub fn with_a_named_thread(id: u32) -> Vec<u32> {
+    let name = format!("air-{id:08x}");
+    let live_and_named = |thread: std::path::PathBuf| {
+        std::fs::read_to_string(thread.join("comm")).is_ok_and(|comm| comm.trim_end() == name)
+            && std::fs::read_to_string(thread.join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state != "Z" && state != "X")
+            })
+    };
+    all_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .is_ok_and(|threads| threads.flatten().any(|t| live_and_named(t.path())))
+        })
+        .collect()
+}
+
+/// SIGKILLs every process with a live thread named `air-<id in hex>`: what a test that let
 /// such a process outlive its worker cleans up.
 pub fn kill_named(id: u32) {
-    if let Some(pid) = named_process(id).and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
-    {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    for pid in with_a_named_thread(id) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
     }
 }
 

@@ -959,9 +959,11 @@ fn a_worker_on_a_named_socket_without_namespaces_makes_no_datagram_socket() {
 
 /// Without a PID namespace, a descendant that leaves the worker's session escapes the kill of
 /// its process group, but not its cgroup, which a process cannot leave: where the host made
-/// one, every process still in it is killed as the worker is reaped. Shown live first, under
-/// `none()` (where no cgroup holds the descendant), then refused under
-/// `strict().best_effort()`; re-run in a user namespace that may create no more.
+/// one, every process still in it is killed as the worker is reaped, also one whose first
+/// thread exited while another runs on (on v1 its `/proc/<pid>/cgroup` names no cgroup of
+/// the worker's). Shown live first, under `none()` (where no cgroup holds the descendant),
+/// then refused under `strict().best_effort()`; re-run in a user namespace that may create no
+/// more.
 #[test]
 fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup() {
     let name = "without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup";
@@ -969,56 +971,64 @@ fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup(
         return;
     }
     two_thread_runtime().block_on(async {
-        use airlock_tests::e2e::{process_alive, rogue_host_in};
+        use airlock_tests::e2e::{kill_named, rogue_host_in, with_a_named_thread};
         // The rogue starts a descendant that leaves its session (`setsid`) and takes a name
-        // above any pid (`air-<hex>`, found through `/proc/<pid>/comm`), then exits at the
-        // call. The variable makes the rogue act as it does when confined.
-        let escape = |policy: Confinement, scratch: &str| {
-            let dir = ScratchDir::new(scratch);
-            let builder = rogue_host_in(&dir)
+        // above any pid (`air-<hex>`, found through `/proc/<pid>/task/<tid>/comm`), then exits
+        // at the call. The variable makes the rogue act as it does when confined.
+        let escape = |policy: Confinement, leader_exits: bool| async move {
+            let dir = ScratchDir::new("escape-the-session");
+            let mut builder = rogue_host_in(&dir)
                 .confinement(policy.read_write(&*dir))
                 .arg("fork_grandchild")
                 .env("ROGUE_MARK", dir.join("mark"))
                 .env("AIRLOCK_CONFINE_SELF", "1");
-            async move {
-                let host = builder.spawn().await.unwrap();
-                let cgroup = host.worker_info().confinement.cgroup;
-                let outcome = host.call::<Echo>(&ByteBuf::from(b"x".to_vec())).await;
-                assert!(outcome.is_err(), "the rogue exits at the call: {outcome:?}");
-                let name: u32 = std::fs::read_to_string(dir.join("mark"))
-                    .expect("the rogue started its descendant")
-                    .trim()
-                    .parse()
-                    .unwrap();
-                assert!(
-                    dir.join("mark.up").exists(),
-                    "the descendant ran under its name, out of the worker's session"
-                );
-                // The host reaps the lost worker before it answers the call; give the
-                // descendant time to die all the same.
-                let deadline = std::time::Instant::now() + Duration::from_secs(2);
-                while process_alive(name) && std::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                let survived = process_alive(name);
-                host.shutdown().await;
-                (cgroup, survived, name)
+            if leader_exits {
+                builder = builder.env("ROGUE_LEADER_EXITS", "1");
             }
+            let host = builder.spawn().await.unwrap();
+            let cgroup = host.worker_info().confinement.cgroup;
+            let outcome = host.call::<Echo>(&ByteBuf::from(b"x".to_vec())).await;
+            assert!(outcome.is_err(), "the rogue exits at the call: {outcome:?}");
+            let name: u32 = std::fs::read_to_string(dir.join("mark"))
+                .expect("the rogue started its descendant")
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(
+                dir.join("mark.up").exists(),
+                "the descendant ran under its name, out of the worker's session"
+            );
+            // The host reaps the lost worker before it answers the call; give the descendant
+            // time to die all the same.
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while !with_a_named_thread(name).is_empty() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let survived = !with_a_named_thread(name).is_empty();
+            kill_named(name);
+            host.shutdown().await;
+            (cgroup, survived)
         };
-        let (_, survived, name) = escape(Confinement::none(), "escape-unconfined").await;
-        airlock_tests::e2e::kill_named(name);
-        assert!(
-            survived,
-            "under none(), the descendant must outlive its worker, or this proves nothing"
-        );
-        let (cgroup, survived, name) =
-            escape(Confinement::strict().best_effort(), "escape-best-effort").await;
-        airlock_tests::e2e::kill_named(name);
-        if !cgroup {
-            eprintln!("skipped: this host made no cgroup, and only a cgroup holds the descendant");
-            return;
+        for leader_exits in [false, true] {
+            let (_, survived) = escape(Confinement::none(), leader_exits).await;
+            assert!(
+                survived,
+                "under none(), the descendant (leader exits: {leader_exits}) must outlive its \
+                 worker, or this proves nothing"
+            );
+            let (cgroup, survived) =
+                escape(Confinement::strict().best_effort(), leader_exits).await;
+            if !cgroup {
+                eprintln!(
+                    "skipped: this host made no cgroup, and only a cgroup holds the descendant"
+                );
+                return;
+            }
+            assert!(
+                !survived,
+                "a descendant of the worker (leader exits: {leader_exits}) outlived its cgroup"
+            );
         }
-        assert!(!survived, "a descendant of the worker outlived its cgroup");
     });
 }
 

@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
 
-/// At most this many rounds of listing and killing what is left in a v1 cgroup (1 ms apart).
-const KILL_ROUNDS: usize = 100;
+/// How many passes of killing what is left in a reaped worker's cgroup and removing its
+/// directories are made, 2 ms apart, before it is left behind (with a warning).
+const REMOVAL_PASSES: usize = 500;
 
 /// A worker's cgroup directories (one for v2, one per controller for v1), each with the
 /// hierarchy `/proc/<pid>/cgroup` names it by (`""` for v2, else the v1 controller).
@@ -276,60 +277,94 @@ impl WorkerCgroup {
         })
     }
 
-    /// Kills every process left in the cgroup, then removes the directories. Called once the
-    /// worker is reaped; the kernel refuses to remove a directory while a task is still
-    /// leaving, so it retries for a moment.
+    /// Kills every process left in the cgroup and removes the directories. Called once the
+    /// worker is reaped. One pass runs at once, which is all it takes when nothing is left (a
+    /// PID namespace died with the worker). If anything is left, the kills and removals go on
+    /// on a thread of their own (`airlock-cgroup`), so the processes a worker leaves behind
+    /// cannot hold up the host's task that reaped it.
     pub(crate) fn remove(&mut self) {
-        self.kill_members();
-        for _ in 0..50 {
-            self.dirs.retain(|(dir, _)| match std::fs::remove_dir(dir) {
-                Ok(()) => false,
-                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        // A cgroup with no directories is dropped without coming back here.
+        if self.dirs.is_empty() {
+            return;
+        }
+        let mut left = Self {
+            dirs: std::mem::take(&mut self.dirs),
+        };
+        if left.removal_pass() {
+            return;
+        }
+        // Handed over once the thread runs, so that without one it is finished here.
+        let (hand_over, handed) = std::sync::mpsc::channel::<Self>();
+        let spawned = std::thread::Builder::new()
+            .name("airlock-cgroup".into())
+            .spawn(move || {
+                if let Ok(left) = handed.recv() {
+                    left.finish_removal();
+                }
             });
-            if self.dirs.is_empty() {
-                return;
+        match spawned {
+            Ok(_) => {
+                if let Err(std::sync::mpsc::SendError(left)) = hand_over.send(left) {
+                    left.finish_removal();
+                }
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            Err(_) => left.finish_removal(),
         }
     }
-}
 
-impl WorkerCgroup {
+    /// One pass: kills what is left, then tries to remove every directory; true once all are.
+    fn removal_pass(&mut self) -> bool {
+        self.kill_members();
+        // The kernel refuses to remove a directory while a task is still leaving it.
+        self.dirs.retain(|(dir, _)| match std::fs::remove_dir(dir) {
+            Ok(()) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        });
+        self.dirs.is_empty()
+    }
+
+    /// Passes [`REMOVAL_PASSES`] times at most, 2 ms apart, until the directories are gone;
+    /// leaves none to its drop.
+    fn finish_removal(mut self) {
+        for _ in 0..REMOVAL_PASSES {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if self.removal_pass() {
+                return;
+            }
+        }
+        tracing::warn!(
+            target: "airlock::confinement",
+            "a worker's cgroup could not be emptied and removed: {:?}",
+            self.dirs
+        );
+        self.dirs.clear();
+    }
+
     /// SIGKILLs every process in the cgroup. In a PID namespace nothing is left once the
     /// worker is reaped (the namespace died with it); without one, a descendant that left the
     /// worker's process group is still here, as no process of the worker may leave its
     /// cgroup (the files are the host's). v2 asks the kernel (`cgroup.kill`, which also
-    /// catches processes forked meanwhile); v1, or a kernel before 5.14, lists the members and
-    /// kills each, round after round, until none is listed.
+    /// catches processes forked meanwhile); v1, or a kernel before 5.14, kills each process
+    /// listed. A process forked since was forked by one listed, now dead, so passes end.
     fn kill_members(&self) {
         if let Some((dir, _)) = self.dirs.iter().find(|(_, hierarchy)| hierarchy.is_empty()) {
             if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
                 return;
             }
         }
-        // Each round kills every member listed; a member forked since was forked by one
-        // listed, which is now dead, so the rounds end as soon as the last forks are reaped.
-        for _ in 0..KILL_ROUNDS {
-            let mut listed = false;
-            for (dir, _) in &self.dirs {
-                let Ok(members) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-                    continue;
-                };
-                for pid in members.lines().filter_map(|line| line.parse::<i32>().ok()) {
-                    listed = true;
-                    self.kill_member(pid);
-                }
+        for (dir, _) in &self.dirs {
+            let Ok(members) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                continue;
+            };
+            for pid in members.lines().filter_map(|line| line.parse::<i32>().ok()) {
+                self.kill_member(pid);
             }
-            if !listed {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
-    /// Kills process `pid` if it is in this cgroup. The pidfd is opened before the check, so
-    /// the process signalled is the one checked: if it ended since (and its pid went to a
-    /// process elsewhere), the signal goes nowhere.
+    /// Kills process `pid` if a thread of it is in this cgroup. The pidfd is opened before the
+    /// check, so the process signalled is the one checked: if it ended since (and its pid went
+    /// to a process elsewhere), the signal goes nowhere.
     fn kill_member(&self, pid: i32) {
         let Some(pid) = rustix::process::Pid::from_raw(pid) else {
             return;
@@ -338,9 +373,22 @@ impl WorkerCgroup {
         else {
             return;
         };
-        if self.holds(pid.as_raw_nonzero().get().unsigned_abs()) {
+        if self.holds_a_thread_of(pid.as_raw_nonzero().get().unsigned_abs()) {
             let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         }
+    }
+
+    /// Whether any thread of process `pid` is in this cgroup (`/proc/<pid>/task/*/cgroup`).
+    /// Not `/proc/<pid>/cgroup` alone: on v1, once a process's first thread has exited, that
+    /// file names the root of every hierarchy while its other threads still run here.
+    fn holds_a_thread_of(&self, pid: u32) -> bool {
+        let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        threads.flatten().any(|thread| {
+            std::fs::read_to_string(thread.path().join("cgroup"))
+                .is_ok_and(|text| self.holds_in(&text))
+        })
     }
 }
 

@@ -27,6 +27,8 @@
 //!   dribbled byte), and `< HEX` for each frame payload received (no length prefix).
 //! - `ROGUE_PIDS=path`: every worker appends its pid and a newline as it starts, striking or not.
 //! - `ROGUE_PREDICTED=path` (`predictable_id`): the 16 bytes of the id it forges.
+//! - `ROGUE_LEADER_EXITS` (`fork_grandchild`, confined): the descendant's first thread exits
+//!   alone while a second thread, under the descendant's name, runs on.
 //! - `ROGUE_RELEASE=path` (`setsid_grandchild`): the rogue holds its last act until `path`
 //!   exists (at most 10 s), so the test can catch the evidence while it still lives.
 //!
@@ -814,8 +816,27 @@ fn escaped_grandchild() -> ExitCode {
 const IMPOSTOR: &str = "--impostor";
 
 /// `rogue-worker --named-sleeper ID`: leaves its session, takes the name `identity` would give
-/// `ID`, then sleeps.
+/// `ID`, then sleeps. With [`LEADER_EXITS`] set, a second thread takes the name and sleeps,
+/// and the first thread exits alone (on cgroup v1, `/proc/<pid>/cgroup` then names the root
+/// of every hierarchy, while the process runs on in its cgroup).
 const NAMED_SLEEPER: &str = "--named-sleeper";
+
+/// The variable that makes a named sleeper's first thread exit alone.
+const LEADER_EXITS: &str = "ROGUE_LEADER_EXITS";
+
+/// Ending the calling thread alone, as no safe API does for a process's first thread (a
+/// return from `main` ends the process).
+#[allow(unsafe_code)]
+mod first_thread {
+    pub(super) fn exit_alone() -> ! {
+        // SAFETY: the raw `exit` system call ends only the calling thread; nothing of this
+        // thread is used after it (no destructor runs, and no other thread borrows from it).
+        unsafe {
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        unreachable!("SYS_exit returned")
+    }
+}
 
 /// The impostor: another process holding the worker's socket name and token (inherited from
 /// the worker's environment), which connects and says a valid `Hello` quoting that token. It
@@ -875,9 +896,29 @@ fn main() -> ExitCode {
             take_name(id);
         }
         // Evidence that it runs under its name, out of the session: `<ROGUE_MARK>.up`.
-        if let Some(mark) = std::env::var_os("ROGUE_MARK") {
+        let up = std::env::var_os("ROGUE_MARK").map(|mark| {
             let mut up = mark;
             up.push(".up");
+            up
+        });
+        if std::env::var_os(LEADER_EXITS).is_some() {
+            // A thread takes the name and runs on; the first thread exits alone.
+            let id = std::env::args().nth(2).and_then(|id| id.parse().ok());
+            let (named, is_named) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                if let Some(id) = id {
+                    take_name(id);
+                }
+                let _ = named.send(());
+                std::thread::sleep(Duration::from_secs(1000));
+            });
+            let _ = is_named.recv();
+            if let Some(up) = up {
+                let _ = std::fs::write(up, b"up");
+            }
+            first_thread::exit_alone();
+        }
+        if let Some(up) = up {
             let _ = std::fs::write(up, b"up");
         }
         std::thread::sleep(Duration::from_secs(1000));
