@@ -308,6 +308,8 @@ impl WorkerCgroup {
                     left.finish_removal();
                 }
             }
+            // A host that cannot start a thread finishes here: killing what the worker left
+            // matters more than the second or so this holds up the task that reaped it.
             Err(_) => left.finish_removal(),
         }
     }
@@ -345,11 +347,18 @@ impl WorkerCgroup {
     /// worker's process group is still here, as no process of the worker may leave its
     /// cgroup (the files are the host's). v2 asks the kernel (`cgroup.kill`, which also
     /// catches processes forked meanwhile); v1, or a kernel before 5.14, kills each process
-    /// listed. A process forked since was forked by one listed, now dead, so passes end.
+    /// listed. So that a pass cannot be outrun by forks made while it kills, the cgroup's
+    /// process limit is first set to 0 (the kernel takes a limit below the count): a fork
+    /// that began before that is caught by the next pass, and none begins after it.
     fn kill_members(&self) {
         if let Some((dir, _)) = self.dirs.iter().find(|(_, hierarchy)| hierarchy.is_empty()) {
             if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
                 return;
+            }
+        }
+        for (dir, hierarchy) in &self.dirs {
+            if matches!(*hierarchy, "" | "pids") {
+                let _ = std::fs::write(dir.join("pids.max"), "0");
             }
         }
         for (dir, _) in &self.dirs {
