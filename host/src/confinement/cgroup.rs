@@ -30,8 +30,15 @@ use std::path::{Path, PathBuf};
 use rustix::io::Errno;
 
 /// How many passes of killing what is left in a reaped worker's cgroup and removing its
-/// directories are made, 2 ms apart, before it is left behind (with a warning).
+/// directories are made, [`PASS_GAP`] apart, where the worker was reaped.
+const PASSES_IN_PLACE: usize = 50;
+
+/// How many more passes a thread of its own makes, before the cgroup is left behind (with a
+/// warning).
 const REMOVAL_PASSES: usize = 500;
+
+/// The time between two passes.
+const PASS_GAP: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A worker's cgroup directories (one for v2, one per controller for v1), each with the
 /// hierarchy `/proc/<pid>/cgroup` names it by (`""` for v2, else the v1 controller).
@@ -278,10 +285,12 @@ impl WorkerCgroup {
     }
 
     /// Kills every process left in the cgroup and removes the directories. Called once the
-    /// worker is reaped. One pass runs at once, which is all it takes when nothing is left (a
-    /// PID namespace died with the worker). If anything is left, the kills and removals go on
-    /// on a thread of their own (`airlock-cgroup`), so the processes a worker leaves behind
-    /// cannot hold up the host's task that reaped it.
+    /// worker is reaped. Up to [`PASSES_IN_PLACE`] passes (about 100 ms) run at once: the
+    /// directories go as soon as the worker's last processes have left them, so when this
+    /// returns, a worker whose PID namespace died with it is gone, not still exiting. What
+    /// resists longer (a worker without namespaces that left processes behind) is finished on
+    /// a thread of its own (`airlock-cgroup`), so that it cannot hold up the host's task that
+    /// reaped the worker any longer.
     pub(crate) fn remove(&mut self) {
         // A cgroup with no directories is dropped without coming back here.
         if self.dirs.is_empty() {
@@ -290,8 +299,13 @@ impl WorkerCgroup {
         let mut left = Self {
             dirs: std::mem::take(&mut self.dirs),
         };
-        if left.removal_pass() {
-            return;
+        for pass in 0..PASSES_IN_PLACE {
+            if pass > 0 {
+                std::thread::sleep(PASS_GAP);
+            }
+            if left.removal_pass() {
+                return;
+            }
         }
         // Handed over once the thread runs, so that without one it is finished here.
         let (hand_over, handed) = std::sync::mpsc::channel::<Self>();
@@ -325,11 +339,11 @@ impl WorkerCgroup {
         self.dirs.is_empty()
     }
 
-    /// Passes [`REMOVAL_PASSES`] times at most, 2 ms apart, until the directories are gone;
+    /// Passes [`REMOVAL_PASSES`] times at most, until the directories are gone;
     /// leaves none to its drop.
     fn finish_removal(mut self) {
         for _ in 0..REMOVAL_PASSES {
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            std::thread::sleep(PASS_GAP);
             if self.removal_pass() {
                 return;
             }
