@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
 
-/// How many passes of killing what is left in a reaped worker's cgroup and removing its
-/// directories are made, [`PASS_GAP`] apart, where the worker was reaped.
-const PASSES_IN_PLACE: usize = 50;
+/// How long a reaped worker's cgroup is waited for where the worker was reaped: one pass that
+/// kills what is left, then removals [`PASS_GAP`] apart, until the directories go.
+const IN_PLACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How many more passes a thread of its own makes, before the cgroup is left behind (with a
 /// warning).
@@ -285,12 +285,12 @@ impl WorkerCgroup {
     }
 
     /// Kills every process left in the cgroup and removes the directories. Called once the
-    /// worker is reaped. Up to [`PASSES_IN_PLACE`] passes (about 100 ms) run at once: the
-    /// directories go as soon as the worker's last processes have left them, so when this
-    /// returns, a worker whose PID namespace died with it is gone, not still exiting. What
-    /// resists longer (a worker without namespaces that left processes behind) is finished on
-    /// a thread of its own (`airlock-cgroup`), so that it cannot hold up the host's task that
-    /// reaped the worker any longer.
+    /// worker is reaped. One pass kills what is left; then the directories are waited for here
+    /// for up to [`IN_PLACE`]: they go as soon as the worker's last processes have left them,
+    /// so when this returns, a worker whose PID namespace died with it is gone, not still
+    /// exiting. What resists longer (a worker without namespaces that left processes behind)
+    /// is finished on a thread of its own (`airlock-cgroup`), so that it cannot hold up the
+    /// host's task that reaped the worker any longer.
     pub(crate) fn remove(&mut self) {
         // A cgroup with no directories is dropped without coming back here.
         if self.dirs.is_empty() {
@@ -299,11 +299,16 @@ impl WorkerCgroup {
         let mut left = Self {
             dirs: std::mem::take(&mut self.dirs),
         };
-        for pass in 0..PASSES_IN_PLACE {
-            if pass > 0 {
-                std::thread::sleep(PASS_GAP);
-            }
-            if left.removal_pass() {
+        if left.removal_pass() {
+            return;
+        }
+        // Only removals from here on, which cost a system call each whatever the worker left:
+        // a process that ignores its SIGKILL for a while (asleep in the kernel) cannot make
+        // every wait here pay for the kill pass's reads of `/proc`.
+        let in_place_until = std::time::Instant::now() + IN_PLACE;
+        while std::time::Instant::now() + PASS_GAP < in_place_until {
+            std::thread::sleep(PASS_GAP);
+            if left.remove_dirs() {
                 return;
             }
         }
@@ -331,7 +336,12 @@ impl WorkerCgroup {
     /// One pass: kills what is left, then tries to remove every directory; true once all are.
     fn removal_pass(&mut self) -> bool {
         self.kill_members();
-        // The kernel refuses to remove a directory while a task is still leaving it.
+        self.remove_dirs()
+    }
+
+    /// Tries to remove every directory; true once all are. The kernel refuses to remove one
+    /// while a task is still leaving it.
+    fn remove_dirs(&mut self) -> bool {
         self.dirs.retain(|(dir, _)| match std::fs::remove_dir(dir) {
             Ok(()) => false,
             Err(e) => e.kind() != std::io::ErrorKind::NotFound,
@@ -375,7 +385,17 @@ impl WorkerCgroup {
                 let _ = std::fs::write(dir.join("pids.max"), "0");
             }
         }
-        for (dir, _) in &self.dirs {
+        // Every process is in every directory (init joins them all before the worker runs,
+        // and none may leave), so one listing names them all: the `pids` one where there is
+        // one, whose limit keeps it short.
+        let listed = self
+            .dirs
+            .iter()
+            .find(|(_, hierarchy)| matches!(*hierarchy, "" | "pids"))
+            .into_iter()
+            .chain(&self.dirs)
+            .take(1);
+        for (dir, _) in listed {
             let Ok(members) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
                 continue;
             };
