@@ -211,6 +211,26 @@ pub fn with_a_named_thread(id: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Makes the call at which a `fork_grandchild` rogue (run with `ROGUE_MARK` = `<dir>/mark`)
+/// exits, which must fail, and returns the name its descendant took, checked to have run
+/// under it out of the worker's session (`<dir>/mark.up`).
+pub async fn the_escaped_descendant(host: &airlock_host::Host, dir: &std::path::Path) -> u32 {
+    let outcome = host
+        .call::<airlock_worker::builtin::Echo>(&serde_bytes::ByteBuf::from(b"x".to_vec()))
+        .await;
+    assert!(outcome.is_err(), "the rogue exits at the call: {outcome:?}");
+    let name = std::fs::read_to_string(dir.join("mark"))
+        .expect("the rogue started its descendant")
+        .trim()
+        .parse()
+        .expect("the mark is the descendant's name");
+    assert!(
+        dir.join("mark.up").exists(),
+        "the descendant ran under its name, out of the worker's session"
+    );
+    name
+}
+
 /// SIGKILLs every process with a live thread named `air-<id in hex>`: what a test that let
 /// such a process outlive its worker cleans up.
 pub fn kill_named(id: u32) {

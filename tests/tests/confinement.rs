@@ -971,7 +971,9 @@ fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup(
         return;
     }
     two_thread_runtime().block_on(async {
-        use airlock_tests::e2e::{kill_named, rogue_host_in, with_a_named_thread};
+        use airlock_tests::e2e::{
+            kill_named, rogue_host_in, the_escaped_descendant, with_a_named_thread,
+        };
         // The rogue starts a descendant that leaves its session (`setsid`) and takes a name
         // above any pid (`air-<hex>`, found through `/proc/<pid>/task/<tid>/comm`), then exits
         // at the call. The variable makes the rogue act as it does when confined.
@@ -987,17 +989,7 @@ fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup(
             }
             let host = builder.spawn().await.unwrap();
             let cgroup = host.worker_info().confinement.cgroup;
-            let outcome = host.call::<Echo>(&ByteBuf::from(b"x".to_vec())).await;
-            assert!(outcome.is_err(), "the rogue exits at the call: {outcome:?}");
-            let name: u32 = std::fs::read_to_string(dir.join("mark"))
-                .expect("the rogue started its descendant")
-                .trim()
-                .parse()
-                .unwrap();
-            assert!(
-                dir.join("mark.up").exists(),
-                "the descendant ran under its name, out of the worker's session"
-            );
+            let name = the_escaped_descendant(&host, &dir).await;
             // The host reaps the lost worker before it answers the call; give the descendant
             // time to die all the same.
             let deadline = std::time::Instant::now() + Duration::from_secs(2);
