@@ -98,7 +98,13 @@ pub fn rogue_bin() -> PathBuf {
 /// or `None` if there is no such process. The name is skipped by its last closing parenthesis:
 /// it may hold spaces and parentheses.
 pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_fields_in(std::path::Path::new(&format!("/proc/{pid}")))
+}
+
+/// The same for the process or thread whose `/proc` directory is `dir` (`/proc/<pid>` or
+/// `/proc/<pid>/task/<tid>`).
+fn stat_fields_in(dir: &std::path::Path) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
     let after_name = stat.rsplit_once(')')?.1;
     Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
@@ -181,34 +187,23 @@ pub fn process_present(pid: u32) -> bool {
         .any(|pid| command_name(pid).is_some_and(|comm| comm == name))
 }
 
-/// The pid of a live process whose command name is `air-<id in hex>`, if there is one.
+/// The pid of a process with a live thread named `air-<id in hex>`, if there is one: also one
+/// whose first thread has exited (a zombie in `/proc/<pid>/stat`) while the named thread runs
+/// on. Threads take their creator's name, so every thread of a named rogue has it.
 pub fn named_process(id: u32) -> Option<u32> {
     let name = format!("air-{id:08x}");
-    all_pids()
-        .into_iter()
-        .find(|pid| command_name(*pid).is_some_and(|comm| comm == name) && process_alive(*pid))
-}
-
-/// The processes with a live thread named `air-<id in hex>`, by pid: unlike
-/// [`named_process`], also one whose first thread has exited (a zombie in `/proc/<pid>/stat`)
-/// while the named thread runs on.
-pub fn with_a_named_thread(id: u32) -> Vec<u32> {
-    let name = format!("air-{id:08x}");
-    let live_and_named = |thread: std::path::PathBuf| {
+    let live_and_named = |thread: &std::path::Path| {
         std::fs::read_to_string(thread.join("comm")).is_ok_and(|comm| comm.trim_end() == name)
-            && std::fs::read_to_string(thread.join("stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().next())
+            && stat_fields_in(thread).is_some_and(|fields| {
+                fields
+                    .first()
                     .is_some_and(|state| state != "Z" && state != "X")
             })
     };
-    all_pids()
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/task"))
-                .is_ok_and(|threads| threads.flatten().any(|t| live_and_named(t.path())))
-        })
-        .collect()
+    all_pids().into_iter().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .is_ok_and(|threads| threads.flatten().any(|t| live_and_named(&t.path())))
+    })
 }
 
 /// Makes the call at which a `fork_grandchild` rogue (run with `ROGUE_MARK` = `<dir>/mark`)
@@ -231,13 +226,12 @@ pub async fn the_escaped_descendant(host: &airlock_host::Host, dir: &std::path::
     name
 }
 
-/// SIGKILLs every process with a live thread named `air-<id in hex>`: what a test that let
-/// such a process outlive its worker cleans up.
+/// SIGKILLs the process with a live thread named `air-<id in hex>`, if there is one: what a
+/// test that let such a process outlive its worker cleans up.
 pub fn kill_named(id: u32) {
-    for pid in with_a_named_thread(id) {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
+    if let Some(pid) = named_process(id).and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
 

@@ -972,10 +972,10 @@ fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup(
     }
     two_thread_runtime().block_on(async {
         use airlock_tests::e2e::{
-            kill_named, rogue_host_in, the_escaped_descendant, with_a_named_thread,
+            kill_named, process_alive, rogue_host_in, the_escaped_descendant,
         };
         // The rogue starts a descendant that leaves its session (`setsid`) and takes a name
-        // above any pid (`air-<hex>`, found through `/proc/<pid>/task/<tid>/comm`), then exits
+        // above any pid (`air-<hex>`, found by `process_alive` in any live thread), then exits
         // at the call. The variable makes the rogue act as it does when confined.
         let escape = |policy: Confinement, leader_exits: bool| async move {
             let dir = ScratchDir::new("escape-the-session");
@@ -993,10 +993,10 @@ fn without_namespaces_a_descendant_that_leaves_the_session_dies_with_its_cgroup(
             // The host reaps the lost worker before it answers the call; give the descendant
             // time to die all the same.
             let deadline = std::time::Instant::now() + Duration::from_secs(2);
-            while !with_a_named_thread(name).is_empty() && std::time::Instant::now() < deadline {
+            while process_alive(name) && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            let survived = !with_a_named_thread(name).is_empty();
+            let survived = process_alive(name);
             kill_named(name);
             host.shutdown().await;
             (cgroup, survived)

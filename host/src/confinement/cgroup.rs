@@ -380,28 +380,25 @@ impl WorkerCgroup {
                 return;
             }
         }
-        for (dir, hierarchy) in &self.dirs {
-            if matches!(*hierarchy, "" | "pids") {
-                let _ = std::fs::write(dir.join("pids.max"), "0");
-            }
-        }
-        // Every process is in every directory (init joins them all before the worker runs,
-        // and none may leave), so one listing names them all: the `pids` one where there is
-        // one, whose limit keeps it short.
-        let listed = self
+        // The directory that counts processes (v2's, or v1's `pids`).
+        let counting = self
             .dirs
             .iter()
-            .find(|(_, hierarchy)| matches!(*hierarchy, "" | "pids"))
-            .into_iter()
-            .chain(&self.dirs)
-            .take(1);
-        for (dir, _) in listed {
-            let Ok(members) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-                continue;
-            };
-            for pid in members.lines().filter_map(|line| line.parse::<i32>().ok()) {
-                self.kill_member(pid);
-            }
+            .find(|(_, hierarchy)| matches!(*hierarchy, "" | "pids"));
+        if let Some((dir, _)) = counting {
+            let _ = std::fs::write(dir.join("pids.max"), "0");
+        }
+        // Every process is in every directory (init joins them all before the worker runs,
+        // and none may leave), so one listing names them all: the counting one where there
+        // is one, whose limit keeps it short.
+        let Some((listed, _)) = counting.or(self.dirs.first()) else {
+            return;
+        };
+        let Ok(members) = std::fs::read_to_string(listed.join("cgroup.procs")) else {
+            return;
+        };
+        for pid in members.lines().filter_map(|line| line.parse::<i32>().ok()) {
+            self.kill_member(pid);
         }
     }
 

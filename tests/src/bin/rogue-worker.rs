@@ -816,8 +816,8 @@ fn escaped_grandchild() -> ExitCode {
 const IMPOSTOR: &str = "--impostor";
 
 /// `rogue-worker --named-sleeper ID`: leaves its session, takes the name `identity` would give
-/// `ID`, then sleeps. With [`LEADER_EXITS`] set, a second thread takes the name and sleeps,
-/// and the first thread exits alone (on cgroup v1, `/proc/<pid>/cgroup` then names the root
+/// `ID`, then sleeps. With [`LEADER_EXITS`] set, a second thread, which has the name too,
+/// sleeps, and the first thread exits alone (on cgroup v1, `/proc/<pid>/cgroup` then names the root
 /// of every hierarchy, while the process runs on in its cgroup).
 const NAMED_SLEEPER: &str = "--named-sleeper";
 
@@ -902,17 +902,9 @@ fn main() -> ExitCode {
             up
         });
         if std::env::var_os(LEADER_EXITS).is_some() {
-            // A thread takes the name and runs on; the first thread exits alone.
-            let id = std::env::args().nth(2).and_then(|id| id.parse().ok());
-            let (named, is_named) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                if let Some(id) = id {
-                    take_name(id);
-                }
-                let _ = named.send(());
-                std::thread::sleep(Duration::from_secs(1000));
-            });
-            let _ = is_named.recv();
+            // A second thread (which takes the first's name as it is made) runs on; the
+            // first exits alone.
+            std::thread::spawn(|| std::thread::sleep(Duration::from_secs(1000)));
             if let Some(up) = up {
                 let _ = std::fs::write(up, b"up");
             }
