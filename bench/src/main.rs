@@ -234,12 +234,13 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 }
 
 /// `calls N --worker PATH [--unconfined] [--socket] [--window W] [--threads T] [--body BYTES
-/// [--blob]] [--spin MICROS] [--tokio-floor] [--tokio-multiplexed [--work NANOS]]
+/// [--blob] [--raw-store]] [--spin MICROS] [--tokio-floor] [--tokio-multiplexed [--work NANOS]]
 /// [--session-only [--blocking] [--worker-session]]`:
 /// N small calls on one current-thread host (with `--socket`, over an inherited socket; with
 /// `--window`, W at a time on a 2-thread host; with
 /// `--threads`, on a host of T runtime threads, 0 for current-thread; with `--body`, echoes of
-/// that size, as a `ByteBuf` or with `--blob` a `Blob`; with `--spin`, in the low-latency mode
+/// that size, as a `ByteBuf` or with `--blob` a `Blob`, and with `--raw-store` each beside a
+/// raw store-and-forward echo of the same body, alternating (medians of both printed); with `--spin`, in the low-latency mode
 /// with that window). With no host at all:
 /// `--tokio-floor`, N round trips of the async floor (tokio and the raw echo peer);
 /// `--tokio-multiplexed`, N messages from W tasks (`--window`, default 256) on a runtime of
@@ -304,7 +305,7 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     let mut given = args[1..].iter();
     while let Some(arg) = given.next() {
         match arg.as_str() {
-            "--unconfined" | "--from-task" | "--blob" | "--socket" => {}
+            "--unconfined" | "--from-task" | "--blob" | "--raw-store" | "--socket" => {}
             "--window" | "--body" | "--spin" | "--threads" => {
                 given.next();
             }
@@ -336,7 +337,27 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
         (None, Some(len)) => {
             let bytes = vec![0xa5u8; len as usize];
             let mut total = std::time::Duration::ZERO;
-            if args.iter().any(|a| a == "--blob") {
+            if args.iter().any(|a| a == "--raw-store") {
+                let body = airlock_host::Blob::from(bytes);
+                let mut raw = links::RawLink::piped("bulk-store")?;
+                let mut back = Vec::new();
+                let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+                for _ in 0..n {
+                    let one = links::bulk::<airlock_worker::builtin::EchoBlob>(&rt, &host, &body)?;
+                    total += one;
+                    ours.push(one);
+                    theirs.push(raw.bulk(&body, &mut back)?);
+                }
+                let median = |d: &mut Vec<std::time::Duration>| {
+                    d.sort();
+                    d[d.len() / 2].as_secs_f64() * 1e3
+                };
+                let (ours, theirs) = (median(&mut ours), median(&mut theirs));
+                eprintln!(
+                    "median: airlock {ours:.2} ms, raw store-and-forward {theirs:.2} ms, {:.2}× raw's speed",
+                    theirs / ours
+                );
+            } else if args.iter().any(|a| a == "--blob") {
                 let body = airlock_host::Blob::from(bytes);
                 for _ in 0..n {
                     total += links::bulk::<airlock_worker::builtin::EchoBlob>(&rt, &host, &body)?;

@@ -264,7 +264,7 @@ impl<W, R> SessionLink<W, R> {
         let body = airlock_codec::to_vec(message)?;
         let deadline = Instant::now() + Duration::from_secs(30);
         self.session
-            .begin_call(Echo::NAME, body.into(), deadline, &mut self.ids)?;
+            .begin_call(Echo::NAME, body, deadline, &mut self.ids)?;
         Ok(deadline)
     }
 

@@ -115,5 +115,5 @@ pub use limits::{
     Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS, DEFAULT_MAX_LEN,
     INPUT_BYTES_PER_PREALLOC_SLOT,
 };
-pub use ser::{append_to_vec, encoded_len, to_extend, to_slice, to_vec};
+pub use ser::{append_to_vec, encode_lead, encoded_len, to_extend, to_slice, to_vec, Lead};
 pub use value::{from_value, to_value, Key, Value};

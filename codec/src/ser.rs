@@ -67,6 +67,108 @@ impl postcard::ser_flavors::Flavor for VecFlavor {
     }
 }
 
+/// An encoding split by [`encode_lead`]: the bytes before one byte string that ends it, and
+/// that string's length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lead {
+    /// Every byte of the encoding before the tail.
+    pub bytes: Vec<u8>,
+    /// Length of the tail: the byte string left out, whose bytes end the encoding.
+    pub tail_len: usize,
+}
+
+/// Encodes `value` into at most `max_lead` bytes followed by one byte string chosen by
+/// `is_tail`, which is left out so that the caller can write it from where it already is: the
+/// encoding is then exactly `lead.bytes` followed by that string's bytes. `is_tail` is asked
+/// about every slice the encoding copies whole (byte strings, strings, varints), in order; the
+/// first it accepts becomes the tail.
+///
+/// `Ok(None)` when the encoding does not have that shape: more than `max_lead` bytes come
+/// before any accepted slice, or anything follows it. The attempt then stops as soon as it
+/// knows, having written at most `max_lead` bytes; encode the value whole instead.
+///
+/// ```
+/// let big = vec![7u8; 1000];
+/// let value = (1u8, serde_bytes::Bytes::new(&big));
+/// let lead = airlock_codec::encode_lead(&value, 16, |s| s.len() == 1000).unwrap().unwrap();
+/// assert_eq!(lead.tail_len, 1000);
+/// let whole = airlock_codec::to_vec(&value).unwrap();
+/// assert_eq!([&lead.bytes[..], &big[..]].concat(), whole);
+/// // Something after the string: no tail.
+/// let after = (serde_bytes::Bytes::new(&big), 1u8);
+/// assert_eq!(airlock_codec::encode_lead(&after, 16, |s| s.len() == 1000).unwrap(), None);
+/// ```
+pub fn encode_lead<T: Serialize + ?Sized>(
+    value: &T,
+    max_lead: usize,
+    is_tail: impl FnMut(&[u8]) -> bool,
+) -> Result<Option<Lead>, EncodeError> {
+    let flavor = LeadFlavor {
+        bytes: Vec::with_capacity(max_lead),
+        max_lead,
+        is_tail,
+        tail_len: None,
+        misfit: false,
+    };
+    match postcard::serialize_with_flavor(value, flavor) {
+        Ok(lead) => Ok(lead),
+        // The flavor refused a write that does not fit the shape: not an error of the value's.
+        Err(postcard::Error::SerializeBufferFull) => Ok(None),
+        Err(err) => Err(map_postcard(err)),
+    }
+}
+
+/// [`encode_lead`]'s output: a lead of bounded length, then at most one slice left out, after
+/// which any write is refused (as `SerializeBufferFull`, which no other part of this flavor
+/// reports).
+struct LeadFlavor<F> {
+    bytes: Vec<u8>,
+    max_lead: usize,
+    is_tail: F,
+    /// Length of the slice left out, once one is.
+    tail_len: Option<usize>,
+    /// A write the shape does not allow was refused.
+    misfit: bool,
+}
+
+impl<F> LeadFlavor<F> {
+    /// Appends `bytes` to the lead, if it is still open and they fit.
+    fn lead(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.tail_len.is_some() || self.bytes.len() + bytes.len() > self.max_lead {
+            self.misfit = true;
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl<F: FnMut(&[u8]) -> bool> postcard::ser_flavors::Flavor for LeadFlavor<F> {
+    type Output = Option<Lead>;
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.lead(&[byte])
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.tail_len.is_none() && (self.is_tail)(bytes) {
+            self.tail_len = Some(bytes.len());
+            return Ok(());
+        }
+        self.lead(bytes)
+    }
+
+    fn finalize(self) -> postcard::Result<Option<Lead>> {
+        Ok(match (self.misfit, self.tail_len) {
+            (false, Some(tail_len)) => Some(Lead {
+                bytes: self.bytes,
+                tail_len,
+            }),
+            _ => None,
+        })
+    }
+}
+
 /// The length of `value`'s encoding, measured without writing it (a pass that copies
 /// nothing), to size a buffer before [`to_extend`].
 ///

@@ -67,7 +67,7 @@ impl Host {
             return Err(CallError::InvalidMethodName);
         }
         let method = Cow::Owned(method.to_owned());
-        self.call_named(method, Ok(request.to_vec()), decode_value, when)
+        self.call_named(method, Ok(request.to_vec().into()), decode_value, when)
             .await
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_codec::Limits;
-use airlock_protocol::{HostConfig, Method};
+use airlock_protocol::{Body, HostConfig, Method};
 
 use crate::{Confinement, WorkerInfo};
 use tokio::sync::{mpsc, oneshot};
@@ -415,7 +415,7 @@ impl Host {
     pub(crate) async fn call_named<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
-        body: Result<Vec<u8>, CallError>,
+        body: Result<Body, CallError>,
         decode: DecodeInto<T>,
         when: When,
     ) -> Result<T, CallError> {
@@ -429,7 +429,7 @@ impl Host {
     pub(crate) fn begin_call<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
-        body: Result<Vec<u8>, CallError>,
+        body: Result<Body, CallError>,
         decode: DecodeInto<T>,
         When { now, deadline }: When,
         updates: Option<Updates>,
@@ -446,7 +446,7 @@ impl Host {
     fn send_call<T: Send + 'static>(
         &self,
         method: Cow<'static, str>,
-        body: Result<Vec<u8>, CallError>,
+        body: Result<Body, CallError>,
         decode: DecodeInto<T>,
         deadline: Instant,
         updates: Option<Updates>,
@@ -457,7 +457,7 @@ impl Host {
         let call = CallRequest {
             key: guard.key,
             method,
-            body: body.into(),
+            body,
             deadline,
             reply,
             updates,

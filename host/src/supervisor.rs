@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use airlock_protocol::transport::Outgoing;
 use airlock_protocol::{AbortReason, CloseReason, Event, HostSession};
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
@@ -53,7 +52,7 @@ pub(crate) struct CallRequest {
     pub(crate) key: u64,
     /// Borrowed for a typed call; owned for one named at run time (`Host::call_value`).
     pub(crate) method: Cow<'static, str>,
-    pub(crate) body: Bytes,
+    pub(crate) body: airlock_protocol::Body,
     pub(crate) deadline: Instant,
     /// Where the call's outcome goes; it decodes the method's response where the worker's
     /// `Return` is accepted.

@@ -115,6 +115,8 @@ impl From<Blob> for Bytes {
 
 impl Serialize for Blob {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Inside `reuse::encode_body`, a large blob's bytes may stay in its buffer.
+        crate::body::offer(&self.0);
         serializer.serialize_bytes(&self.0)
     }
 }

@@ -34,7 +34,7 @@
 //! pump(&mut host, &mut worker);
 //! assert!(matches!(host.poll_event(), Some(Event::Ready(_))));
 //!
-//! let id = host.begin_call("echo", "hi".into(), now + Duration::from_secs(5), &mut rng).unwrap();
+//! let id = host.begin_call("echo", "hi", now + Duration::from_secs(5), &mut rng).unwrap();
 //! pump(&mut host, &mut worker);
 //! # let _ = worker.poll_event();
 //! let Some(WorkerEvent::Call { id: got, body, .. }) = worker.poll_event() else { panic!() };
@@ -51,6 +51,7 @@
 )]
 
 pub mod blob;
+pub mod body;
 mod error;
 pub mod frame;
 mod framing;
@@ -64,6 +65,7 @@ pub mod spin;
 pub mod transport;
 
 pub use blob::Blob;
+pub use body::Body;
 pub use error::{
     BeginCallError, ConfigError, DecodeFrameError, FrameError, Received, ReplyError,
     TransportError, Violation, ViolationCode,

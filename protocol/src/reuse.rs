@@ -9,8 +9,9 @@
 //! reference, and is emptied first: a body never carries bytes of an earlier one.
 //!
 //! The buffers are the process's, shared by every host and worker in it, and are kept for its
-//! life: at most [`KEPT`] of them, each allocated to the exact length of a body written from
-//! it, so at most twice the largest `max_frame` the process has used (32 MiB at the defaults). Emptied is not wiped: a kept
+//! life: at most [`KEPT`] of them, each no longer than the body last written from it and a
+//! short lead ([`MAX_LEAD`](crate::body::MAX_LEAD)), so at most about twice the largest
+//! `max_frame` the process has used (32 MiB at the defaults). Emptied is not wiped: a kept
 //! buffer still holds, behind its length, the bytes of the body last written from it, until a
 //! later body overwrites them.
 //!
@@ -18,11 +19,11 @@
 //! use airlock_protocol::reuse::{encode_body, give_back, REUSED_FROM};
 //!
 //! let large = vec![7u8; REUSED_FROM];
-//! let first = encode_body(&serde_bytes::Bytes::new(&large)).unwrap();
+//! let first = encode_body(&serde_bytes::Bytes::new(&large)).unwrap().into_bytes();
 //! let at = first.as_ptr();
-//! give_back(bytes::Bytes::from(first)); // written: nothing else refers to it
+//! give_back(first); // written: nothing else refers to it
 //! let second = encode_body(&serde_bytes::Bytes::new(&large[1..])).unwrap();
-//! assert_eq!(second.as_ptr(), at, "the same buffer, holding only the new body");
+//! assert_eq!(second.front().as_ptr(), at, "the same buffer, holding only the new body");
 //! assert_eq!(second.len(), airlock_codec::encoded_len(&serde_bytes::Bytes::new(&large[1..])).unwrap());
 //! ```
 
@@ -31,6 +32,8 @@ use std::sync::{Mutex, PoisonError};
 use airlock_codec::EncodeError;
 use bytes::Bytes;
 use serde::Serialize;
+
+use crate::body::{Body, MAX_LEAD, SPLICED_FROM};
 
 /// Bodies smaller than this are encoded into fresh buffers: allocating them is cheap, and
 /// keeping them would hold memory for nothing. 1 MiB.
@@ -42,12 +45,19 @@ pub const KEPT: usize = 2;
 /// The process's spare buffers, each empty, each of at least [`REUSED_FROM`] bytes.
 static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// Encodes `value` into a buffer of exactly its encoded length (a kept one when the body is
-/// large and one is free, else a fresh one).
-pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
+/// Encodes `value` as a [`Body`]: when the encoding ends with a large [`Blob`](crate::Blob)
+/// after a short lead, the lead alone, with the blob's bytes left in its own buffer
+/// ([`crate::body`]); otherwise into a buffer of exactly its encoded length (a kept one when
+/// the body is large and one is free, else a fresh one).
+pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Body, EncodeError> {
     let len = airlock_codec::encoded_len(value)?;
+    if len >= SPLICED_FROM {
+        if let Some(body) = crate::body::encode_spliced(value)? {
+            return Ok(body);
+        }
+    }
     let buffer = take(len).unwrap_or_else(|| Vec::with_capacity(len));
-    airlock_codec::append_to_vec(value, buffer)
+    airlock_codec::append_to_vec(value, buffer).map(Body::from)
 }
 
 /// The smallest empty kept buffer with room for `len` bytes, if one is free and `len` is large
@@ -72,11 +82,17 @@ pub fn give_back(body: Bytes) {
     if body.len() < REUSED_FROM {
         return;
     }
+    let len = body.len();
     let Ok(mut buffer) = body.try_into_mut() else {
         return;
     };
     buffer.clear();
     let buffer = Vec::from(buffer);
+    // Only a buffer the body (and at most a lead before it) filled: a blob written as a
+    // body's tail may be a view into a far larger one.
+    if buffer.capacity() > len + MAX_LEAD {
+        return;
+    }
     let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
     if spare.len() < KEPT {
         spare.push(buffer);
@@ -100,7 +116,9 @@ mod tests {
     fn a_written_body_comes_back_empty_and_is_reused_only_when_unshared() {
         let _alone = pool_alone();
         let old = vec![0xAAu8; 3 * REUSED_FROM];
-        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let body = encode_body(serde_bytes::Bytes::new(&old))
+            .unwrap()
+            .into_bytes();
         let at = body.as_ptr();
         let shared = body.clone();
         give_back(body);
@@ -110,9 +128,13 @@ mod tests {
 
         let new = vec![0x55u8; 2 * REUSED_FROM];
         let encoded = encode_body(serde_bytes::Bytes::new(&new)).unwrap();
-        assert_eq!(encoded.as_ptr(), at, "the written body's buffer, reused");
         assert_eq!(
-            encoded,
+            encoded.front().as_ptr(),
+            at,
+            "the written body's buffer, reused"
+        );
+        assert_eq!(
+            encoded.to_vec(),
             airlock_codec::to_vec(serde_bytes::Bytes::new(&new)).unwrap(),
             "nothing of the earlier body"
         );
@@ -122,7 +144,9 @@ mod tests {
     fn a_slice_of_a_body_keeps_its_buffer_out_and_a_sliced_body_gives_back_the_whole_buffer() {
         let _alone = pool_alone();
         let old = vec![0xAAu8; 3 * REUSED_FROM];
-        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let body = encode_body(serde_bytes::Bytes::new(&old))
+            .unwrap()
+            .into_bytes();
         let view = body.slice(..16);
         give_back(body);
         assert!(
@@ -132,7 +156,9 @@ mod tests {
         drop(view);
 
         // The only reference left is a view that starts inside its buffer.
-        let body = Bytes::from(encode_body(serde_bytes::Bytes::new(&old)).unwrap());
+        let body = encode_body(serde_bytes::Bytes::new(&old))
+            .unwrap()
+            .into_bytes();
         let (at, len) = (body.as_ptr(), body.len());
         let inner = body.slice(1..);
         drop(body);
@@ -154,14 +180,14 @@ mod tests {
         let body = vec![3u8; REUSED_FROM + REUSED_FROM / 2];
         let first = encode_body(serde_bytes::Bytes::new(&body)).unwrap();
         assert_eq!(
-            first.as_ptr(),
+            first.front().as_ptr(),
             small_at,
             "the smaller buffer, not the larger"
         );
         let body = vec![4u8; 7 * REUSED_FROM];
         let second = encode_body(serde_bytes::Bytes::new(&body)).unwrap();
         assert_eq!(
-            second.as_ptr(),
+            second.front().as_ptr(),
             large_at,
             "the larger buffer, left for the larger body"
         );

@@ -1002,6 +1002,57 @@ fn head_and_body_split_is_byte_identical_to_encode_frame() {
     }
 }
 
+/// A body whose large `Blob` stays in its own buffer (`airlock_protocol::body`) is written as
+/// the frame's head, the body's short lead, then the blob: the same bytes as the body encoded
+/// whole, for a blob alone and for one that ends a struct, across varint-length boundaries.
+#[test]
+fn a_body_with_a_blob_left_in_its_buffer_is_byte_identical_to_encode_frame() {
+    let mut rng = SeededRng(0xb10b);
+    for len in [airlock_protocol::body::SPLICED_FROM, 70_000, 2_097_152] {
+        let blob = Blob::from((0..len).map(|i| (i * 5 + 1) as u8).collect::<Vec<u8>>());
+        let bodies = [
+            airlock_protocol::reuse::encode_body(&blob).unwrap(),
+            airlock_protocol::reuse::encode_body(&(7u32, "name", blob.clone())).unwrap(),
+        ];
+        for body in bodies {
+            assert_eq!(body.tail().as_ptr(), blob.as_ptr(), "the blob was copied");
+            let whole = body.to_vec();
+            let (mut host, mut worker) = handshaken();
+            let id = host
+                .begin_call("echo", body.clone(), deadline(), &mut rng)
+                .unwrap();
+            let call = host.poll_transmit().unwrap();
+            assert_eq!(call.body.as_ptr(), blob.as_ptr(), "Call body was copied");
+            assert_eq!(
+                call.to_vec(),
+                encode_frame(&Frame::Call(Call {
+                    id,
+                    method: "echo",
+                    body: &whole
+                })),
+                "Call, blob of {len} bytes"
+            );
+            worker.handle_bytes(&call.to_vec());
+            let Some(WorkerEvent::Call { body: got, .. }) = worker.poll_event() else {
+                panic!("the worker did not receive the call");
+            };
+            assert_eq!(got, whole);
+            worker.reply_return(id, body).unwrap();
+            let ret = worker.poll_transmit().unwrap();
+            assert_eq!(ret.body.as_ptr(), blob.as_ptr(), "Return body was copied");
+            assert_eq!(
+                ret.to_vec(),
+                encode_frame(&Frame::Return(Return {
+                    id,
+                    method: "echo",
+                    body: &whole
+                })),
+                "Return, blob of {len} bytes"
+            );
+        }
+    }
+}
+
 #[test]
 fn whole_frames_built_by_the_sessions_are_byte_identical_to_encode_frame() {
     let mut rng = SeededRng(0xfa11);

@@ -197,7 +197,7 @@ fn a_call_read_together_with_the_welcome_still_runs_on_the_serving_thread() {
     let deadline = now + Duration::from_secs(10);
     let mut rng = rand_core::UnwrapErr(rand_core::OsRng);
     let id = session
-        .begin_call(BlockingThread::NAME, request.into(), deadline, &mut rng)
+        .begin_call(BlockingThread::NAME, request, deadline, &mut rng)
         .unwrap();
     let mut both = Vec::new();
     while let Some(transmit) = session.poll_transmit() {

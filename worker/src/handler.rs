@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use airlock_codec::{DecodeError, EncodeError, Limits, Value};
-use airlock_protocol::{ErrorKind, Method, RemoteError};
+use airlock_protocol::{Body, ErrorKind, Method, RemoteError};
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -15,7 +15,7 @@ use crate::progress::{CallContext, Progress};
 use crate::HandlerError;
 
 /// What running one call produces: the encoded response or the error to send.
-pub(crate) type Reply = Result<Bytes, RemoteError>;
+pub(crate) type Reply = Result<Body, RemoteError>;
 
 pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
@@ -55,7 +55,7 @@ pub(crate) trait Bodies: 'static {
         airlock_protocol::blob::lending(body, || Self::decode(body, limits))
     }
     /// Encodes a response.
-    fn encode(response: &Self::Response) -> Result<Vec<u8>, EncodeError>;
+    fn encode(response: &Self::Response) -> Result<Body, EncodeError>;
 }
 
 /// The typed encoding of `M`'s request and response types.
@@ -67,8 +67,9 @@ impl<M: Method> Bodies for Typed<M> {
     fn decode(body: &[u8], limits: &Limits) -> Result<M::Request, DecodeError> {
         airlock_codec::from_slice(body, limits)
     }
-    fn encode(response: &M::Response) -> Result<Vec<u8>, EncodeError> {
-        // A large response goes into the buffer of an earlier one, if one is free.
+    fn encode(response: &M::Response) -> Result<Body, EncodeError> {
+        // A large response goes into the buffer of an earlier one, if one is free, and a
+        // large `Blob` that ends it is written from its own buffer.
         airlock_protocol::reuse::encode_body(response)
     }
 }
@@ -82,8 +83,8 @@ impl Bodies for Dynamic {
     fn decode(body: &[u8], limits: &Limits) -> Result<Value, DecodeError> {
         Value::from_slice(body, limits)
     }
-    fn encode(response: &Value) -> Result<Vec<u8>, EncodeError> {
-        Ok(response.to_vec())
+    fn encode(response: &Value) -> Result<Body, EncodeError> {
+        Ok(Body::from(response.to_vec()))
     }
 }
 
@@ -98,7 +99,7 @@ fn bad_request(err: airlock_codec::DecodeError) -> RemoteError {
 
 fn encode_response<B: Bodies>(result: Result<B::Response, HandlerError>) -> Reply {
     let response = result.map_err(HandlerError::into_remote)?;
-    B::encode(&response).map(Bytes::from).map_err(|e| {
+    B::encode(&response).map_err(|e| {
         RemoteError::new(
             ErrorKind::Internal,
             &format!("response did not encode: {e}"),

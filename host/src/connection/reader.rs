@@ -449,7 +449,7 @@ mod tests {
                 let call = CallRequest {
                     key,
                     method: "echo".into(),
-                    body: Bytes::from_static(&[0]),
+                    body: Bytes::from_static(&[0]).into(),
                     deadline,
                     reply,
                     updates,
@@ -581,7 +581,9 @@ mod tests {
     /// the second frame of the write is handed over in the same turn as the first.
     #[test]
     fn answers_written_together_are_delivered_in_one_turn() {
-        let five = airlock_protocol::reuse::encode_body(&5u64).unwrap();
+        let five = airlock_protocol::reuse::encode_body(&5u64)
+            .unwrap()
+            .to_vec();
         let (heard, ended, reads) = answered_together(&five);
         assert_eq!(heard, [Some(Ok(5)), Some(Ok(7))]);
         assert!(!ended, "the reader stopped reading an honest worker");

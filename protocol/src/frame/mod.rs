@@ -30,7 +30,7 @@ pub use ret::Return;
 pub use shutdown::Shutdown;
 pub use welcome::Welcome;
 
-use crate::{CallId, DecodeFrameError};
+use crate::{Body, CallId, DecodeFrameError};
 
 /// One frame, borrowing its strings and body from the received buffer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,9 +162,10 @@ pub fn encode_frame(frame: &Frame<'_>) -> Vec<u8> {
 /// that a large body is written straight from the caller's buffer (a vectored write).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// Length prefix and every field before the body (or the whole frame, if it has none).
+    /// Length prefix and every field before the body (or the whole frame, if it has none);
+    /// for a [`Body`] with a tail, also the body's short front.
     pub head: Bytes,
-    /// The body; empty for kinds without one.
+    /// The body, or a [`Body`]'s tail; empty for kinds without one.
     pub body: Bytes,
 }
 
@@ -231,14 +232,24 @@ impl Encoder {
     }
 
     /// A `Call`, `Progress` or `Return` frame: the head is written here, the body is shared.
-    /// Byte-identical to encoding the whole [`Frame`] (a golden test pins this).
+    /// Byte-identical to encoding the whole [`Frame`] (a golden test pins this). A body with
+    /// a tail ([`Body`]) has its short front written into the head, and its tail is the
+    /// transmit's body.
     pub(crate) fn with_body(
         &mut self,
         tag: BodyTag,
         id: CallId,
         method: &[u8],
-        body: Bytes,
+        body: impl Into<Body>,
     ) -> Transmit {
+        let body = body.into();
+        let body_len = body.len();
+        let (front, tail) = body.into_parts();
+        let (lead, body) = if tail.is_empty() {
+            (Bytes::new(), front)
+        } else {
+            (front, tail)
+        };
         // Prefix, tag, id, name length (one byte: names are at most 64), name, body length.
         let mut head = [0u8; HEAD_CAPACITY];
         debug_assert!(
@@ -256,14 +267,15 @@ impl Encoder {
         put(&id.to_bytes());
         put(varint(method.len() as u64).as_slice());
         put(method);
-        put(varint(body.len() as u64).as_slice());
-        let frame_len = (at - 4 + body.len()) as u32;
+        put(varint(body_len as u64).as_slice());
+        let frame_len = (at - 4 + body_len) as u32;
         if let Some(prefix) = head.get_mut(..4) {
             prefix.copy_from_slice(&frame_len.to_le_bytes());
         }
-        self.room(at);
+        self.room(at + lead.len());
         self.buf
             .extend_from_slice(head.get(..at).unwrap_or_default());
+        self.buf.extend_from_slice(&lead);
         Transmit {
             head: self.buf.split().freeze(),
             body,

@@ -10,6 +10,7 @@ use rand_core::CryptoRng;
 use super::deadlines::{Deadlines, Due};
 use super::{CloseReason, FinishedIds, WorkerInfo};
 use crate::frame::{self, BodyTag, Encoder, Frame, Hello, Refuse, RefuseReason, Welcome};
+use crate::Body;
 use crate::{
     body_frame_len, is_valid_method_name, BeginCallError, CallId, FrameDecoder, FrameKind,
     HostConfig, Received, RemoteError, Transmit, Violation, ViolationCode, PROTOCOL_VERSION,
@@ -193,11 +194,12 @@ impl HostSession {
     pub fn begin_call<R: CryptoRng + ?Sized>(
         &mut self,
         method: impl Into<Cow<'static, str>>,
-        body: Bytes,
+        body: impl Into<Body>,
         deadline: Instant,
         rng: &mut R,
     ) -> Result<CallId, BeginCallError> {
         let method = method.into();
+        let body = body.into();
         match self.state {
             State::AwaitingHello { .. } => return Err(BeginCallError::NotReady),
             State::Closing | State::Closed => return Err(BeginCallError::Closed),

@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use super::{CloseReason, FinishedIds};
 use crate::frame::{self, BodyTag, Encoder, Frame, Hello, Refuse, Welcome};
+use crate::Body;
 use crate::{
     body_frame_len, CallId, FrameDecoder, MethodName, Received, RemoteError, ReplyError, Transmit,
     Violation, ViolationCode, DEFAULT_MAX_FRAME, PROTOCOL_VERSION, TOKEN_LEN,
@@ -161,7 +162,8 @@ impl WorkerSession {
     }
 
     /// Sends an update for a running call, within the host's quota.
-    pub fn reply_progress(&mut self, id: CallId, body: Bytes) -> Result<(), ReplyError> {
+    pub fn reply_progress(&mut self, id: CallId, body: impl Into<Body>) -> Result<(), ReplyError> {
+        let body = body.into();
         let welcome = self.welcome()?;
         let call = self.calls.get_mut(&id).ok_or(ReplyError::NoSuchCall)?;
         check_size(call.method.len(), &body, welcome.max_frame)?;
@@ -179,7 +181,8 @@ impl WorkerSession {
     }
 
     /// Answers a call with its encoded response: its one terminal frame.
-    pub fn reply_return(&mut self, id: CallId, body: Bytes) -> Result<(), ReplyError> {
+    pub fn reply_return(&mut self, id: CallId, body: impl Into<Body>) -> Result<(), ReplyError> {
+        let body = body.into();
         let welcome = self.welcome()?;
         let call = self.calls.get(&id).ok_or(ReplyError::NoSuchCall)?;
         check_size(call.method.len(), &body, welcome.max_frame)?;
@@ -423,7 +426,7 @@ fn check_welcome(welcome: &Welcome) -> Result<(), ()> {
     }
 }
 
-fn check_size(method_len: usize, body: &Bytes, max_frame: u32) -> Result<(), ReplyError> {
+fn check_size(method_len: usize, body: &Body, max_frame: u32) -> Result<(), ReplyError> {
     if body_frame_len(method_len, body.len()) > max_frame as usize {
         return Err(ReplyError::TooLarge {
             len: body.len(),

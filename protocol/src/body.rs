@@ -1,0 +1,240 @@
+//! [`Body`]: an encoded request, update or response as the sessions take it. Either one run of
+//! bytes, or a short lead followed by a large [`Blob`]'s bytes, which are then written to the
+//! peer straight from the `Blob`'s own buffer instead of being copied into the body first.
+//!
+//! [`encode_body`](crate::reuse::encode_body) makes the second kind when a value's encoding
+//! ends with a `Blob` of at least [`SPLICED_FROM`] bytes and at most [`MAX_LEAD`] bytes come
+//! before it, as for a `Blob` alone or a struct whose last field is one. The bytes on the wire
+//! are the same either way. A `Blob` cannot change once made, so the bytes written are the
+//! ones the value held when it was encoded.
+//!
+//! ```
+//! use airlock_protocol::{reuse::encode_body, Blob};
+//!
+//! let large = Blob::from(vec![7u8; 1 << 20]);
+//! let body = encode_body(&large).unwrap();
+//! assert_eq!(body.len(), airlock_codec::encoded_len(&large).unwrap());
+//! assert_eq!(body.tail().as_ptr(), large.as_ptr(), "the blob's own buffer, not a copy");
+//! assert_eq!(body.to_vec(), airlock_codec::to_vec(&large).unwrap());
+//! ```
+//!
+//! [`Blob`]: crate::Blob
+
+use std::cell::{Cell, RefCell};
+
+use bytes::Bytes;
+use serde::Serialize;
+
+/// Shortest `Blob` whose bytes a body leaves in the `Blob`'s buffer: 64 KiB. A shorter one
+/// costs less to copy than a piece of its own in the write.
+pub const SPLICED_FROM: usize = 64 * 1024;
+
+/// Most bytes of a body that may come before a `Blob` left in its buffer: they are written
+/// into the frame's head, which is meant to stay small.
+pub const MAX_LEAD: usize = 256;
+
+/// An encoded body (see the [module docs](self)): the bytes `front`, then the bytes `tail`.
+/// Made from bytes (`From<Bytes>`, `From<Vec<u8>>`, `From<&'static [u8]>`,
+/// `From<&'static str>`), it is those bytes and has no tail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Body {
+    front: Bytes,
+    /// Empty, or at least [`SPLICED_FROM`] bytes with at most [`MAX_LEAD`] in `front`.
+    tail: Bytes,
+}
+
+impl Body {
+    /// A lead and the large byte string that follows it, kept in its own buffer.
+    fn spliced(lead: Vec<u8>, tail: Bytes) -> Self {
+        Self {
+            front: Bytes::from(lead),
+            tail,
+        }
+    }
+
+    /// Length of the whole body in bytes.
+    pub fn len(&self) -> usize {
+        self.front.len() + self.tail.len()
+    }
+
+    /// True if the body has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body's bytes before its tail: all of them, if it has none.
+    pub fn front(&self) -> &Bytes {
+        &self.front
+    }
+
+    /// The bytes that end the body from a buffer of their own; empty if it has none.
+    pub fn tail(&self) -> &Bytes {
+        &self.tail
+    }
+
+    /// The body in one run of bytes: without a copy if it has no tail.
+    pub fn into_bytes(self) -> Bytes {
+        if self.tail.is_empty() {
+            self.front
+        } else {
+            Bytes::from(self.to_vec())
+        }
+    }
+
+    /// The body's bytes, copied into one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.front[..], &self.tail[..]].concat()
+    }
+
+    /// Its two pieces: the front and the tail.
+    pub(crate) fn into_parts(self) -> (Bytes, Bytes) {
+        (self.front, self.tail)
+    }
+}
+
+/// [`Body::into_bytes`]: a copy only if the body has a tail.
+impl From<Body> for Bytes {
+    fn from(body: Body) -> Self {
+        body.into_bytes()
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(bytes: Bytes) -> Self {
+        Self {
+            front: bytes,
+            tail: Bytes::new(),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Self {
+        Bytes::from(bytes).into()
+    }
+}
+
+impl From<&'static [u8]> for Body {
+    fn from(bytes: &'static [u8]) -> Self {
+        Bytes::from_static(bytes).into()
+    }
+}
+
+impl From<&'static str> for Body {
+    fn from(text: &'static str) -> Self {
+        Bytes::from_static(text.as_bytes()).into()
+    }
+}
+
+thread_local! {
+    /// Whether [`encode_spliced`] is running on this thread: only then does a `Blob` offer
+    /// its bytes.
+    static SPLICING: Cell<bool> = const { Cell::new(false) };
+    /// The `Blob` last offered while [`SPLICING`].
+    static OFFERED: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// Called by a `Blob` about to serialize its bytes: while [`encode_spliced`] runs, a long
+/// enough one is remembered, so that the encoding can leave its bytes where they are.
+pub(crate) fn offer(bytes: &Bytes) {
+    if bytes.len() < SPLICED_FROM || !SPLICING.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
+    let _ = OFFERED.try_with(|offered| *offered.borrow_mut() = Some(bytes.clone()));
+}
+
+/// The last offered `Blob`, if `slice` is exactly its bytes (same place, same length).
+fn offered_as(slice: &[u8]) -> Option<Bytes> {
+    OFFERED
+        .try_with(|offered| {
+            offered
+                .borrow()
+                .as_ref()
+                .filter(|bytes| bytes.as_ptr() == slice.as_ptr() && bytes.len() == slice.len())
+                .cloned()
+        })
+        .ok()
+        .flatten()
+}
+
+/// `value` encoded as a lead of at most [`MAX_LEAD`] bytes and a `Blob`'s bytes left in the
+/// `Blob`'s buffer, if its encoding has that shape; `Ok(None)` if not, having written at most
+/// [`MAX_LEAD`] bytes.
+pub(crate) fn encode_spliced<T: Serialize + ?Sized>(
+    value: &T,
+) -> Result<Option<Body>, airlock_codec::EncodeError> {
+    /// Ends the splicing however the encoding ends, dropping what was offered.
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            let _ = SPLICING.try_with(|splicing| splicing.set(false));
+            let _ = OFFERED.try_with(|offered| offered.borrow_mut().take());
+        }
+    }
+    if SPLICING.try_with(|splicing| splicing.replace(true)) != Ok(false) {
+        // Already splicing on this thread (a `Serialize` that encodes a body itself), or the
+        // thread is ending: no splice.
+        return Ok(None);
+    }
+    let _done = Done;
+    let mut tail = None;
+    let lead = airlock_codec::encode_lead(value, MAX_LEAD, |slice| {
+        tail = (slice.len() >= SPLICED_FROM)
+            .then(|| offered_as(slice))
+            .flatten();
+        tail.is_some()
+    })?;
+    Ok(match (lead, tail) {
+        (Some(lead), Some(tail)) if lead.tail_len == tail.len() => {
+            Some(Body::spliced(lead.bytes, tail))
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Blob;
+
+    fn blob(len: usize) -> Blob {
+        Blob::from((0..len).map(|i| i as u8).collect::<Vec<u8>>())
+    }
+
+    #[test]
+    fn a_large_blob_that_ends_the_encoding_stays_in_its_buffer() {
+        let data = blob(SPLICED_FROM);
+        for value in [
+            (0u8, String::new(), data.clone()),
+            (9, "x".repeat(MAX_LEAD - 8), data.clone()),
+        ] {
+            let body = encode_spliced(&value).unwrap().expect("spliced");
+            assert_eq!(body.tail().as_ptr(), data.as_ptr());
+            assert_eq!(body.to_vec(), airlock_codec::to_vec(&value).unwrap());
+        }
+    }
+
+    #[test]
+    fn other_shapes_are_not_spliced() {
+        let data = blob(SPLICED_FROM);
+        // Something after the blob; a lead too long; a blob too short; no blob at all.
+        assert_eq!(encode_spliced(&(data.clone(), 1u8)).unwrap(), None);
+        assert_eq!(
+            encode_spliced(&("x".repeat(MAX_LEAD), data.clone())).unwrap(),
+            None
+        );
+        assert_eq!(encode_spliced(&blob(SPLICED_FROM - 1)).unwrap(), None);
+        let bytes = serde_bytes::ByteBuf::from(vec![1u8; SPLICED_FROM]);
+        assert_eq!(encode_spliced(&bytes).unwrap(), None);
+        // The thread is left as it was: no blob is offered outside an encoding.
+        offer(&data.clone().into_bytes());
+        assert!(OFFERED.with(|offered| offered.borrow().is_none()));
+    }
+
+    #[test]
+    fn of_two_large_blobs_neither_is_spliced_unless_the_first_leads_short() {
+        let (first, second) = (blob(SPLICED_FROM), blob(SPLICED_FROM + 1));
+        // The first is taken as the tail, then the second follows it: no splice.
+        assert_eq!(encode_spliced(&(first, second)).unwrap(), None);
+    }
+}
