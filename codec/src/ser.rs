@@ -6,6 +6,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cell::Cell;
 use serde::Serialize;
 
 use crate::EncodeError;
@@ -103,39 +104,42 @@ pub fn encode_lead<T: Serialize + ?Sized>(
     max_lead: usize,
     is_tail: impl FnMut(&[u8]) -> bool,
 ) -> Result<Option<Lead>, EncodeError> {
+    let misfit = Cell::new(false);
     let flavor = LeadFlavor {
         bytes: Vec::with_capacity(max_lead),
         max_lead,
         is_tail,
         tail_len: None,
-        misfit: false,
+        misfit: &misfit,
     };
     match postcard::serialize_with_flavor(value, flavor) {
         Ok(lead) => Ok(lead),
-        // The flavor refused a write that does not fit the shape: not an error of the value's.
-        Err(postcard::Error::SerializeBufferFull) => Ok(None),
+        // The flavor refused a write that does not fit the shape: not an error of the value's,
+        // whatever error it became on its way out (postcard's `collect_str` turns it into a
+        // formatting error; a `Serialize` may wrap it in one of its own).
+        Err(_) if misfit.get() => Ok(None),
         Err(err) => Err(map_postcard(err)),
     }
 }
 
 /// [`encode_lead`]'s output: a lead of bounded length, then at most one slice left out, after
-/// which any write is refused (as `SerializeBufferFull`, which no other part of this flavor
-/// reports).
-struct LeadFlavor<F> {
+/// which any write is refused. A refusal is recorded in `misfit`, which outlives the flavor:
+/// the error it returns may reach [`encode_lead`] as another error, or not at all.
+struct LeadFlavor<'m, F> {
     bytes: Vec<u8>,
     max_lead: usize,
     is_tail: F,
     /// Length of the slice left out, once one is.
     tail_len: Option<usize>,
     /// A write the shape does not allow was refused.
-    misfit: bool,
+    misfit: &'m Cell<bool>,
 }
 
-impl<F> LeadFlavor<F> {
+impl<F> LeadFlavor<'_, F> {
     /// Appends `bytes` to the lead, if it is still open and they fit.
     fn lead(&mut self, bytes: &[u8]) -> postcard::Result<()> {
         if self.tail_len.is_some() || self.bytes.len() + bytes.len() > self.max_lead {
-            self.misfit = true;
+            self.misfit.set(true);
             return Err(postcard::Error::SerializeBufferFull);
         }
         self.bytes.extend_from_slice(bytes);
@@ -143,7 +147,7 @@ impl<F> LeadFlavor<F> {
     }
 }
 
-impl<F: FnMut(&[u8]) -> bool> postcard::ser_flavors::Flavor for LeadFlavor<F> {
+impl<F: FnMut(&[u8]) -> bool> postcard::ser_flavors::Flavor for LeadFlavor<'_, F> {
     type Output = Option<Lead>;
 
     fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
@@ -159,7 +163,7 @@ impl<F: FnMut(&[u8]) -> bool> postcard::ser_flavors::Flavor for LeadFlavor<F> {
     }
 
     fn finalize(self) -> postcard::Result<Option<Lead>> {
-        Ok(match (self.misfit, self.tail_len) {
+        Ok(match (self.misfit.get(), self.tail_len) {
             (false, Some(tail_len)) => Some(Lead {
                 bytes: self.bytes,
                 tail_len,

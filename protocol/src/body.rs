@@ -158,11 +158,14 @@ fn offered_as(slice: &[u8]) -> Option<Bytes> {
 }
 
 /// `value` encoded as a lead of at most [`MAX_LEAD`] bytes and a `Blob`'s bytes left in the
-/// `Blob`'s buffer, if its encoding has that shape; `Ok(None)` if not, having written at most
-/// [`MAX_LEAD`] bytes.
-pub(crate) fn encode_spliced<T: Serialize + ?Sized>(
-    value: &T,
-) -> Result<Option<Body>, airlock_codec::EncodeError> {
+/// `Blob`'s buffer, if its encoding has that shape; `None` if not, having written at most
+/// [`MAX_LEAD`] bytes. An error is `None` too: encoded whole, the value meets it again and
+/// reports it.
+///
+/// The tail shares the `Blob`'s buffer through an owner of its own (`Bytes::from_owner`), so
+/// it is never unique: once written, it is not taken into [`crate::reuse`]'s kept buffers,
+/// which hold only buffers this process encoded into.
+pub(crate) fn encode_spliced<T: Serialize + ?Sized>(value: &T) -> Option<Body> {
     /// Ends the splicing however the encoding ends, dropping what was offered.
     struct Done;
     impl Drop for Done {
@@ -174,7 +177,7 @@ pub(crate) fn encode_spliced<T: Serialize + ?Sized>(
     if SPLICING.try_with(|splicing| splicing.replace(true)) != Ok(false) {
         // Already splicing on this thread (a `Serialize` that encodes a body itself), or the
         // thread is ending: no splice.
-        return Ok(None);
+        return None;
     }
     let _done = Done;
     let mut tail = None;
@@ -183,13 +186,13 @@ pub(crate) fn encode_spliced<T: Serialize + ?Sized>(
             .then(|| offered_as(slice))
             .flatten();
         tail.is_some()
-    })?;
-    Ok(match (lead, tail) {
-        (Some(lead), Some(tail)) if lead.tail_len == tail.len() => {
-            Some(Body::spliced(lead.bytes, tail))
+    });
+    match (lead, tail) {
+        (Ok(Some(lead)), Some(tail)) if lead.tail_len == tail.len() => {
+            Some(Body::spliced(lead.bytes, Bytes::from_owner(tail)))
         }
         _ => None,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -208,7 +211,7 @@ mod tests {
             (0u8, String::new(), data.clone()),
             (9, "x".repeat(MAX_LEAD - 8), data.clone()),
         ] {
-            let body = encode_spliced(&value).unwrap().expect("spliced");
+            let body = encode_spliced(&value).expect("spliced");
             assert_eq!(body.tail().as_ptr(), data.as_ptr());
             assert_eq!(body.to_vec(), airlock_codec::to_vec(&value).unwrap());
         }
@@ -218,14 +221,11 @@ mod tests {
     fn other_shapes_are_not_spliced() {
         let data = blob(SPLICED_FROM);
         // Something after the blob; a lead too long; a blob too short; no blob at all.
-        assert_eq!(encode_spliced(&(data.clone(), 1u8)).unwrap(), None);
-        assert_eq!(
-            encode_spliced(&("x".repeat(MAX_LEAD), data.clone())).unwrap(),
-            None
-        );
-        assert_eq!(encode_spliced(&blob(SPLICED_FROM - 1)).unwrap(), None);
+        assert_eq!(encode_spliced(&(data.clone(), 1u8)), None);
+        assert_eq!(encode_spliced(&("x".repeat(MAX_LEAD), data.clone())), None);
+        assert_eq!(encode_spliced(&blob(SPLICED_FROM - 1)), None);
         let bytes = serde_bytes::ByteBuf::from(vec![1u8; SPLICED_FROM]);
-        assert_eq!(encode_spliced(&bytes).unwrap(), None);
+        assert_eq!(encode_spliced(&bytes), None);
         // The thread is left as it was: no blob is offered outside an encoding.
         offer(&data.clone().into_bytes());
         assert!(OFFERED.with(|offered| offered.borrow().is_none()));
@@ -235,6 +235,75 @@ mod tests {
     fn of_two_large_blobs_neither_is_spliced_unless_the_first_leads_short() {
         let (first, second) = (blob(SPLICED_FROM), blob(SPLICED_FROM + 1));
         // The first is taken as the tail, then the second follows it: no splice.
-        assert_eq!(encode_spliced(&(first, second)).unwrap(), None);
+        assert_eq!(encode_spliced(&(first, second)), None);
+    }
+
+    /// A value shown through `Display` (`collect_str`), as `chrono`'s timestamps serialize.
+    struct Shown(&'static str);
+    impl Serialize for Shown {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_str(self.0)
+        }
+    }
+
+    /// A value whose `Serialize` wraps any error of its field's in one of its own.
+    struct Wrapping<T>(T);
+    impl<T: Serialize> Serialize for Wrapping<T> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            self.0
+                .serialize(serializer)
+                .map_err(|err| serde::ser::Error::custom(format_args!("in a wrapper: {err}")))
+        }
+    }
+
+    /// The splice's refusal of a write past the lead reaches it as another error through
+    /// `collect_str` and through a `Serialize` that wraps errors; either way the value is
+    /// encoded whole, as `to_vec` encodes it.
+    #[test]
+    fn a_value_whose_serialize_turns_the_refusal_into_another_error_is_encoded_whole() {
+        let stamps: Vec<Shown> = (0..3000)
+            .map(|_| Shown("2026-12-05T23:30:00.000000+00:00"))
+            .collect();
+        let straddling = (
+            "x".repeat(MAX_LEAD - 10),
+            Shown("a timestamp of 30 characters.."),
+            blob(SPLICED_FROM),
+        );
+        let wrapped = Wrapping(serde_bytes::ByteBuf::from(vec![3u8; 2 * SPLICED_FROM]));
+        assert_eq!(encode_spliced(&stamps), None);
+        assert_eq!(encode_spliced(&straddling), None);
+        assert_eq!(encode_spliced(&wrapped), None);
+        for (body, whole) in [
+            (
+                crate::reuse::encode_body(&stamps),
+                airlock_codec::to_vec(&stamps),
+            ),
+            (
+                crate::reuse::encode_body(&straddling),
+                airlock_codec::to_vec(&straddling),
+            ),
+            (
+                crate::reuse::encode_body(&wrapped),
+                airlock_codec::to_vec(&wrapped),
+            ),
+        ] {
+            assert_eq!(body.unwrap().to_vec(), whole.unwrap());
+        }
+    }
+
+    /// A spliced tail is never unique, so a written one is not kept by `reuse`: a blob's
+    /// buffer is its owner's, and may be far larger than the blob.
+    #[test]
+    fn a_written_tail_is_not_kept_for_reuse() {
+        let data = Blob::from(vec![5u8; 2 * crate::reuse::REUSED_FROM]);
+        let at = data.as_ptr();
+        let body = encode_spliced(&data).expect("spliced");
+        drop(data);
+        let (_, tail) = body.into_parts();
+        assert_eq!(tail.as_ptr(), at);
+        assert!(
+            tail.try_into_mut().is_err(),
+            "the tail's buffer could be taken"
+        );
     }
 }

@@ -9,9 +9,10 @@
 //! reference, and is emptied first: a body never carries bytes of an earlier one.
 //!
 //! The buffers are the process's, shared by every host and worker in it, and are kept for its
-//! life: at most [`KEPT`] of them, each no longer than the body last written from it and a
-//! short lead ([`MAX_LEAD`](crate::body::MAX_LEAD)), so at most about twice the largest
-//! `max_frame` the process has used (32 MiB at the defaults). Emptied is not wiped: a kept
+//! life: at most [`KEPT`] of them, each allocated to the exact length of a body written from
+//! it, so at most twice the largest `max_frame` the process has used (32 MiB at the
+//! defaults). A body's tail left in a `Blob`'s buffer ([`crate::body`]) is never kept: that
+//! buffer is its owner's. Emptied is not wiped: a kept
 //! buffer still holds, behind its length, the bytes of the body last written from it, until a
 //! later body overwrites them.
 //!
@@ -33,7 +34,7 @@ use airlock_codec::EncodeError;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::body::{Body, MAX_LEAD, SPLICED_FROM};
+use crate::body::{Body, SPLICED_FROM};
 
 /// Bodies smaller than this are encoded into fresh buffers: allocating them is cheap, and
 /// keeping them would hold memory for nothing. 1 MiB.
@@ -52,7 +53,7 @@ static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 pub fn encode_body<T: Serialize + ?Sized>(value: &T) -> Result<Body, EncodeError> {
     let len = airlock_codec::encoded_len(value)?;
     if len >= SPLICED_FROM {
-        if let Some(body) = crate::body::encode_spliced(value)? {
+        if let Some(body) = crate::body::encode_spliced(value) {
             return Ok(body);
         }
     }
@@ -82,17 +83,11 @@ pub fn give_back(body: Bytes) {
     if body.len() < REUSED_FROM {
         return;
     }
-    let len = body.len();
     let Ok(mut buffer) = body.try_into_mut() else {
         return;
     };
     buffer.clear();
     let buffer = Vec::from(buffer);
-    // Only a buffer the body (and at most a lead before it) filled: a blob written as a
-    // body's tail may be a view into a far larger one.
-    if buffer.capacity() > len + MAX_LEAD {
-        return;
-    }
     let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
     if spare.len() < KEPT {
         spare.push(buffer);
