@@ -33,28 +33,40 @@ pub const SPLICED_FROM: usize = 64 * 1024;
 /// into the frame's head, which is meant to stay small.
 pub const MAX_LEAD: usize = 256;
 
-/// An encoded body (see the [module docs](self)): the bytes `front`, then the bytes `tail`.
-/// Made from bytes (`From<Bytes>`, `From<Vec<u8>>`, `From<&'static [u8]>`,
-/// `From<&'static str>`), it is those bytes and has no tail.
+/// An encoded body (see the [module docs](self)): the bytes [`front`](Self::front), then the
+/// bytes [`tail`](Self::tail). Made from bytes (`From<Bytes>`, `From<Vec<u8>>`,
+/// `From<&'static [u8]>`, `From<&'static str>`), it is those bytes and has no tail. It is no
+/// larger than a `Bytes`: every call carries one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Body {
-    front: Bytes,
-    /// Empty, or at least [`SPLICED_FROM`] bytes with at most [`MAX_LEAD`] in `front`.
-    tail: Bytes,
+pub struct Body(Repr);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    /// One run of bytes.
+    Whole(Bytes),
+    /// A lead of at most [`MAX_LEAD`] bytes, then a tail of at least [`SPLICED_FROM`]: boxed,
+    /// so that the usual body stays the size of one `Bytes`.
+    Spliced(Box<(Bytes, Bytes)>),
 }
+
+impl Default for Repr {
+    fn default() -> Self {
+        Self::Whole(Bytes::new())
+    }
+}
+
+/// The tail of a body that has none.
+static NO_TAIL: Bytes = Bytes::new();
 
 impl Body {
     /// A lead and the large byte string that follows it, kept in its own buffer.
     fn spliced(lead: Vec<u8>, tail: Bytes) -> Self {
-        Self {
-            front: Bytes::from(lead),
-            tail,
-        }
+        Self(Repr::Spliced(Box::new((Bytes::from(lead), tail))))
     }
 
     /// Length of the whole body in bytes.
     pub fn len(&self) -> usize {
-        self.front.len() + self.tail.len()
+        self.front().len() + self.tail().len()
     }
 
     /// True if the body has no bytes.
@@ -64,31 +76,39 @@ impl Body {
 
     /// The body's bytes before its tail: all of them, if it has none.
     pub fn front(&self) -> &Bytes {
-        &self.front
+        match &self.0 {
+            Repr::Whole(bytes) => bytes,
+            Repr::Spliced(parts) => &parts.0,
+        }
     }
 
     /// The bytes that end the body from a buffer of their own; empty if it has none.
     pub fn tail(&self) -> &Bytes {
-        &self.tail
+        match &self.0 {
+            Repr::Whole(_) => &NO_TAIL,
+            Repr::Spliced(parts) => &parts.1,
+        }
     }
 
     /// The body in one run of bytes: without a copy if it has no tail.
     pub fn into_bytes(self) -> Bytes {
-        if self.tail.is_empty() {
-            self.front
-        } else {
-            Bytes::from(self.to_vec())
+        match self.0 {
+            Repr::Whole(bytes) => bytes,
+            Repr::Spliced(parts) => Bytes::from([&parts.0[..], &parts.1[..]].concat()),
         }
     }
 
     /// The body's bytes, copied into one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
-        [&self.front[..], &self.tail[..]].concat()
+        [&self.front()[..], &self.tail()[..]].concat()
     }
 
-    /// Its two pieces: the front and the tail.
+    /// Its two pieces: the front and the tail (empty if it has none).
     pub(crate) fn into_parts(self) -> (Bytes, Bytes) {
-        (self.front, self.tail)
+        match self.0 {
+            Repr::Whole(bytes) => (bytes, Bytes::new()),
+            Repr::Spliced(parts) => *parts,
+        }
     }
 }
 
@@ -101,10 +121,7 @@ impl From<Body> for Bytes {
 
 impl From<Bytes> for Body {
     fn from(bytes: Bytes) -> Self {
-        Self {
-            front: bytes,
-            tail: Bytes::new(),
-        }
+        Self(Repr::Whole(bytes))
     }
 }
 
@@ -202,6 +219,11 @@ mod tests {
 
     fn blob(len: usize) -> Blob {
         Blob::from((0..len).map(|i| i as u8).collect::<Vec<u8>>())
+    }
+
+    #[test]
+    fn a_body_is_no_larger_than_bytes() {
+        assert_eq!(std::mem::size_of::<Body>(), std::mem::size_of::<Bytes>());
     }
 
     #[test]

@@ -232,9 +232,7 @@ impl Live {
 
     /// Begins `call` on the connected worker and, from a caller's task, writes its frame if no
     /// write is in flight. Gives the call back when no worker is taking calls (during a
-    /// handshake, a restart or a shutdown): the supervisor then queues it. (The call is given
-    /// back whole, not boxed: a box would be one more allocation on every call.)
-    #[allow(clippy::result_large_err)]
+    /// handshake, a restart or a shutdown): the supervisor then queues it.
     pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
         let (settled, wake, alone) = {
             let mut guard = self.lock();
