@@ -42,7 +42,8 @@
 //! method and the worker's label, before the worker is killed: it cannot know the host's
 //! budgets, and that line is how its operator learns why it went. Byte buffers: see
 //! `airlock_codec`'s docs (a plain `Vec<u8>` works; a `serde_bytes` field is faster); a large
-//! [`Blob`] in a response is taken from the received frame without a copy.
+//! [`Blob`] in a response is taken from the received frame without a copy, and one that ends a
+//! request (a `Blob` alone, or a struct's last field) is written from its own buffer.
 //!
 //! Residuals (see `SECURITY.md`): a compromised worker can lie in its answers to the calls sent
 //! to it and deny service to them; it cannot answer another call, run code in the host, or

@@ -157,7 +157,9 @@ pub(crate) fn offer(bytes: &Bytes) {
     if bytes.len() < SPLICED_FROM || !SPLICING.try_with(Cell::get).unwrap_or(false) {
         return;
     }
-    let _ = OFFERED.try_with(|offered| *offered.borrow_mut() = Some(bytes.clone()));
+    // `replace` ends the borrow before the blob offered before is dropped: dropping it may
+    // run an owner's `Drop` (`Bytes::from_owner`), which may serialize a blob of its own.
+    let _before = OFFERED.try_with(|offered| offered.replace(Some(bytes.clone())));
 }
 
 /// The last offered `Blob`, if `slice` is exactly its bytes (same place, same length).
@@ -327,5 +329,39 @@ mod tests {
             tail.try_into_mut().is_err(),
             "the tail's buffer could be taken"
         );
+    }
+
+    /// Owns a blob's buffer and, when dropped, measures a large blob of its own (so offers it
+    /// while a splice runs).
+    struct OffersWhenDropped(Vec<u8>);
+    impl AsRef<[u8]> for OffersWhenDropped {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for OffersWhenDropped {
+        fn drop(&mut self) {
+            let _ = airlock_codec::encoded_len(&blob(SPLICED_FROM));
+        }
+    }
+
+    /// Offers a blob whose buffer only the offer then holds, and then serializes `.0`, whose
+    /// offer drops it.
+    struct DropsTheOffered(Blob);
+    impl Serialize for DropsTheOffered {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let owned = OffersWhenDropped(vec![1u8; SPLICED_FROM]);
+            let _ = airlock_codec::encoded_len(&Blob::from(Bytes::from_owner(owned)));
+            self.0.serialize(serializer)
+        }
+    }
+
+    /// An offer that drops the blob offered before it, whose owner offers another while being
+    /// dropped, neither panics nor changes the bytes.
+    #[test]
+    fn an_owner_that_offers_a_blob_while_dropped_is_encoded_as_to_vec_encodes_it() {
+        let value = DropsTheOffered(blob(SPLICED_FROM));
+        let body = crate::reuse::encode_body(&value).unwrap();
+        assert_eq!(body.to_vec(), airlock_codec::to_vec(&value).unwrap());
     }
 }

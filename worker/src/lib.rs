@@ -35,7 +35,8 @@
 //!
 //! Bulk data: a [`Blob`] in a request is, when it is 64 KiB or more and at least half the
 //! body, the received frame's own bytes rather than a copy (`serde_bytes::ByteBuf` is copied;
-//! the wire format is the same, so the host may send either).
+//! the wire format is the same, so the host may send either). A large `Blob` that ends a
+//! response (a `Blob` alone, or a struct's last field) is written from its own buffer.
 //!
 //! Speed: a worker served by [`Worker::serve_blocking`] whose code uses its runtime only from
 //! the runtime's own tasks may set [`Worker::idle_wait_in_os`]: between calls it then waits
