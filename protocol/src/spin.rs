@@ -43,8 +43,17 @@ pub const MAX_SPIN: Duration = Duration::from_millis(10);
 /// when it is zero, or when this process may run on one CPU only.
 pub fn effective_window(asked: Option<Duration>) -> Option<Duration> {
     let window = asked.filter(|w| !w.is_zero())?.min(MAX_SPIN);
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    (cpus > 1).then_some(window)
+    may_run_on_several_cpus().then_some(window)
+}
+
+/// Whether this thread may run on more than one CPU: its affinity mask, one system call.
+/// (`std::thread::available_parallelism` also reads the process's cgroup and its CPU quota:
+/// 65–200 µs on the development VM, paid twice by every spawn and once by every worker on its
+/// way to its `Hello`.) A CPU quota is not a CPU: where spinning then does not pay, the
+/// [`SpinPolicy`] measures that and sleeps. If the mask cannot be read, one CPU is assumed:
+/// no spinning.
+fn may_run_on_several_cpus() -> bool {
+    rustix::thread::sched_getaffinity(None).is_ok_and(|cpus| cpus.count() > 1)
 }
 
 /// The environment variable that carries the worker's polling window under load, in
@@ -269,6 +278,23 @@ mod tests {
         Duration::from_micros(n)
     }
 
+    /// The rule is the thread's affinity: pinned to one CPU, it does not spin, whatever
+    /// window is asked for (and whatever the machine has).
+    #[test]
+    fn a_thread_that_may_run_on_one_cpu_only_does_not_spin() {
+        std::thread::spawn(|| {
+            let mut one = rustix::thread::CpuSet::new();
+            let first = (0..rustix::thread::CpuSet::MAX_CPU)
+                .find(|&cpu| rustix::thread::sched_getaffinity(None).unwrap().is_set(cpu))
+                .unwrap();
+            one.set(first);
+            rustix::thread::sched_setaffinity(None, &one).unwrap();
+            assert_eq!(effective_window(Some(us(50))), None);
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn windows_from_the_environment_are_whole_decimal_microseconds() {
         assert_eq!(parse_micros("50"), Some(us(50)));
@@ -279,7 +305,7 @@ mod tests {
         }
         // Zero means off, and a window is never longer than the maximum.
         assert_eq!(effective_window(Some(Duration::ZERO)), None);
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let cpus = rustix::thread::sched_getaffinity(None).unwrap().count();
         let longest = effective_window(Some(MAX_SPIN * 2));
         assert_eq!(longest, (cpus > 1).then_some(MAX_SPIN));
     }
