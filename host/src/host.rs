@@ -249,7 +249,7 @@ impl HostBuilder {
             (airlock_protocol::spin::LOAD_POLL_ENV, settings.load_poll()),
         ];
         for (name, asked) in windows {
-            if let Some(window) = airlock_protocol::spin::effective_window(asked) {
+            if let Some(window) = airlock_protocol::spin::host_window(asked) {
                 // Whole microseconds, at least one: a window under a microsecond asked for
                 // is not turned off by rounding.
                 let micros = window.as_micros().max(1);
@@ -313,7 +313,7 @@ impl Host {
         let (commands, receiver) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
         let alive = Arc::new(AtomicBool::new(true));
-        let live = Arc::new(Live::new(airlock_protocol::spin::effective_window(
+        let live = Arc::new(Live::new(airlock_protocol::spin::host_window(
             settings.low_latency,
         )));
         let a_process = matches!(launcher, Launcher::Process);

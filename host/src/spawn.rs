@@ -78,7 +78,7 @@ fn reading_directly_if_spinning<R: std::os::fd::AsFd, W>(
     transport: airlock_transport_pipe::StreamTransport<R, W>,
     settings: &Settings,
 ) -> airlock_transport_pipe::StreamTransport<R, W> {
-    let polls_in_place = airlock_protocol::spin::effective_window(settings.low_latency).is_some()
+    let polls_in_place = airlock_protocol::spin::host_window(settings.low_latency).is_some()
         && crate::connection::on_a_multi_thread_runtime();
     if polls_in_place {
         transport.with_direct_reads()

@@ -39,19 +39,31 @@ pub const SPIN_ENV: &str = "AIRLOCK_SPIN_MICROS";
 /// Longest spin window a host may ask for: 10 ms. Beyond that a spinning side is simply busy.
 pub const MAX_SPIN: Duration = Duration::from_millis(10);
 
-/// The window to spin for, given the one asked for: `None` (do not spin) when none was asked,
-/// when it is zero, or when this process may run on one CPU only.
+/// The window a worker spins for, given the one its host told it: `None` (do not spin) when
+/// none was told, when it is zero, or when this thread may run on one CPU only (its affinity
+/// mask, one system call). A host tells a window only where its own rule
+/// ([`host_window`]) allows it, quota included, so this is all a worker checks on its way to
+/// its `Hello`. If the mask cannot be read, one CPU is assumed: no spinning.
 pub fn effective_window(asked: Option<Duration>) -> Option<Duration> {
     let window = asked.filter(|w| !w.is_zero())?.min(MAX_SPIN);
     may_run_on_several_cpus().then_some(window)
 }
 
-/// Whether this thread may run on more than one CPU: its affinity mask, one system call.
-/// (`std::thread::available_parallelism` also reads the process's cgroup and its CPU quota:
-/// 65–200 µs on the development VM, paid twice by every spawn and once by every worker on its
-/// way to its `Hello`.) A CPU quota is not a CPU: where spinning then does not pay, the
-/// [`SpinPolicy`] measures that and sleeps. If the mask cannot be read, one CPU is assumed:
-/// no spinning.
+/// The window a host spins for, or tells its worker, given the one asked for:
+/// [`effective_window`], and `None` too where the process has fewer than two CPUs by its
+/// cgroup's CPU quota (a side spinning under a quota of less than one CPU only gets throttled,
+/// which measured slower than sleeping). The quota is read once per process:
+/// `std::thread::available_parallelism` reads the process's cgroup files, 65–200 µs on the
+/// development VM, which every spawn paid before. The affinity is read on every call.
+pub fn host_window(asked: Option<Duration>) -> Option<Duration> {
+    static CPUS_BY_QUOTA: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let window = effective_window(asked)?;
+    let cpus =
+        *CPUS_BY_QUOTA.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+    (cpus > 1).then_some(window)
+}
+
+/// Whether this thread may run on more than one CPU: its affinity mask.
 fn may_run_on_several_cpus() -> bool {
     rustix::thread::sched_getaffinity(None).is_ok_and(|cpus| cpus.count() > 1)
 }
@@ -290,6 +302,7 @@ mod tests {
             one.set(first);
             rustix::thread::sched_setaffinity(None, &one).unwrap();
             assert_eq!(effective_window(Some(us(50))), None);
+            assert_eq!(host_window(Some(us(50))), None);
         })
         .join()
         .unwrap();

@@ -17,7 +17,7 @@ async fn a_low_latency_host_tells_its_worker_the_window_and_calls_answer_as_usua
         .await
         .unwrap();
     let window = told(&host, airlock_protocol::spin::SPIN_ENV).await;
-    let expected = several_cpus().then(|| "50".to_owned());
+    let expected = (cpus() > 1).then(|| "50".to_owned());
     assert_eq!(window, expected, "one CPU: spinning is off");
     pipelined_sums_answer(&host, 200).await;
     host.shutdown().await;
@@ -73,15 +73,8 @@ async fn pipelined_sums_answer(host: &Host, n: i64) {
     }
 }
 
-/// The CPUs a `Pool` counts against its size.
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// Whether a side here may spin: this process may run on more than one CPU (its affinity
-/// mask).
-fn several_cpus() -> bool {
-    rustix::thread::sched_getaffinity(None).unwrap().count() > 1
 }
 
 /// The value of `name` in the worker's environment.
@@ -96,7 +89,7 @@ async fn told(host: &Host, name: &str) -> Option<String> {
 async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned_off() {
     let name = airlock_protocol::spin::LOAD_POLL_ENV;
     let default = Host::builder(worker_bin()).spawn().await.unwrap();
-    let expected = several_cpus().then(|| {
+    let expected = (cpus() > 1).then(|| {
         let micros = airlock_protocol::spin::DEFAULT_LOAD_POLL.as_micros();
         micros.to_string()
     });
@@ -116,8 +109,8 @@ async fn a_host_gives_its_worker_the_load_window_by_default_and_none_when_turned
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_more_workers_than_cpus_turns_polling_under_load_off_unless_chosen() {
-    let default = several_cpus().then(|| "50".to_owned());
-    let chosen = several_cpus().then(|| "30".to_owned());
+    let default = (cpus() > 1).then(|| "50".to_owned());
+    let chosen = (cpus() > 1).then(|| "30".to_owned());
     let window = Some(Duration::from_micros(30));
     pool_tells(Host::builder(worker_bin()), cpus() + 1, None).await;
     // One worker per CPU keeps it.
@@ -183,7 +176,7 @@ async fn running_after_pipelined_calls(window: Option<Duration>) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_worker_polls_after_calls_that_came_together_as_its_host_says() {
-    if !several_cpus() {
+    if cpus() < 2 {
         return;
     }
     // A worker polling through its window (here the longest allowed) is running or waiting for
@@ -216,7 +209,7 @@ async fn a_window_under_a_microsecond_is_sent_as_one_not_turned_off() {
         .spawn()
         .await
         .unwrap();
-    let expected = several_cpus().then(|| "1".to_owned());
+    let expected = (cpus() > 1).then(|| "1".to_owned());
     for name in [
         airlock_protocol::spin::SPIN_ENV,
         airlock_protocol::spin::LOAD_POLL_ENV,

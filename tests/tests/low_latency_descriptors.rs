@@ -38,7 +38,7 @@ fn held_by_a_host(
 #[test]
 fn only_a_low_latency_host_on_a_multi_thread_runtime_holds_a_second_descriptor_of_its_channel() {
     if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
-        // One CPU: the mode is off (`airlock_protocol::spin::effective_window`).
+        // One CPU: the mode is off (`airlock_protocol::spin::host_window`).
         return;
     }
     let window = Some(Duration::from_millis(1));
