@@ -348,11 +348,10 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
                     ours.push(one);
                     theirs.push(raw.bulk(&body, &mut back)?);
                 }
-                let median = |d: &mut Vec<std::time::Duration>| {
-                    d.sort();
-                    d[d.len() / 2].as_secs_f64() * 1e3
+                let millis = |d: Vec<std::time::Duration>| {
+                    spawn_phases::median(d.iter().map(|d| d.as_secs_f64() * 1e3).collect())
                 };
-                let (ours, theirs) = (median(&mut ours), median(&mut theirs));
+                let (ours, theirs) = (millis(ours), millis(theirs));
                 eprintln!(
                     "median: airlock {ours:.2} ms, raw store-and-forward {theirs:.2} ms, {:.2}× raw's speed",
                     theirs / ours

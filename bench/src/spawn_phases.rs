@@ -70,7 +70,8 @@ fn policy(unconfined: bool) -> Confinement {
     }
 }
 
-fn median(mut samples: Vec<f64>) -> f64 {
+/// The middle of `samples` (the upper one of an even count); NaN if there are none.
+pub fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
 }

@@ -103,10 +103,12 @@ impl Body {
         [&self.front()[..], &self.tail()[..]].concat()
     }
 
-    /// Its two pieces: the front and the tail (empty if it has none).
-    pub(crate) fn into_parts(self) -> (Bytes, Bytes) {
+    /// The body as a frame writes it: the short lead that goes into the frame's head (empty
+    /// if the body has no tail), then the bytes written from their own buffer (the tail, or
+    /// the whole body).
+    pub(crate) fn into_lead_and_rest(self) -> (Bytes, Bytes) {
         match self.0 {
-            Repr::Whole(bytes) => (bytes, Bytes::new()),
+            Repr::Whole(bytes) => (Bytes::new(), bytes),
             Repr::Spliced(parts) => *parts,
         }
     }
@@ -323,7 +325,7 @@ mod tests {
         let at = data.as_ptr();
         let body = encode_spliced(&data).expect("spliced");
         drop(data);
-        let (_, tail) = body.into_parts();
+        let (_, tail) = body.into_lead_and_rest();
         assert_eq!(tail.as_ptr(), at);
         assert!(
             tail.try_into_mut().is_err(),

@@ -244,12 +244,7 @@ impl Encoder {
     ) -> Transmit {
         let body = body.into();
         let body_len = body.len();
-        let (front, tail) = body.into_parts();
-        let (lead, body) = if tail.is_empty() {
-            (Bytes::new(), front)
-        } else {
-            (front, tail)
-        };
+        let (lead, body) = body.into_lead_and_rest();
         // Prefix, tag, id, name length (one byte: names are at most 64), name, body length.
         let mut head = [0u8; HEAD_CAPACITY];
         debug_assert!(
