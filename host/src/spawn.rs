@@ -69,22 +69,16 @@ pub(crate) fn stream_config(settings: &Settings) -> StreamConfig {
     }
 }
 
-/// The channel of a host in the low-latency mode on a multi-thread runtime, made able to
-/// [`read_now`](FrameReceiver::read_now): its reader polls it so while it spins
-/// (`connection::reader_spin`). That takes a duplicate of the channel's descriptor, so other
-/// hosts keep to one; where the duplicate cannot be made (no descriptor left), the reader
-/// spins by yielding instead, as on a current-thread runtime.
-fn reading_directly_if_spinning<R: std::os::fd::AsFd, W>(
+/// The channel, made able to [`read_now`](FrameReceiver::read_now): a caller that has just
+/// written its frame looks for the answer so (`connection::inlet`), and a reader in the
+/// low-latency mode on a multi-thread runtime polls so while it spins
+/// (`connection::reader_spin`). That takes a duplicate of the channel's descriptor; where it
+/// cannot be made (no descriptor left), callers never look and the reader spins by yielding,
+/// as on a current-thread runtime.
+fn reading_directly<R: std::os::fd::AsFd, W>(
     transport: airlock_transport_pipe::StreamTransport<R, W>,
-    settings: &Settings,
 ) -> airlock_transport_pipe::StreamTransport<R, W> {
-    let polls_in_place = airlock_protocol::spin::host_window(settings.low_latency).is_some()
-        && crate::connection::on_a_multi_thread_runtime();
-    if polls_in_place {
-        transport.with_direct_reads()
-    } else {
-        transport
-    }
+    transport.with_direct_reads()
 }
 
 /// Step 1, the command of a confined worker: its own process group, a cleared environment
@@ -669,9 +663,7 @@ async fn connect(
             enlarge_pipe(&stdin, size);
             enlarge_pipe(&stdout, size);
             let transport = StreamTransport::new(stdout, stdin, stream_config(settings));
-            Ok(Connected::new(reading_directly_if_spinning(
-                transport, settings,
-            )))
+            Ok(Connected::new(reading_directly(transport)))
         }
         #[cfg(feature = "socket")]
         Channel::Inherited {
@@ -681,9 +673,7 @@ async fn connect(
             // Our copy of the child's end must go, or the worker exiting is never seen as the
             // end of the stream.
             drop(child_end);
-            Ok(Connected::new(reading_directly_if_spinning(
-                transport, settings,
-            )))
+            Ok(Connected::new(reading_directly(transport)))
         }
         #[cfg(feature = "socket")]
         Channel::Named(listener) => {
@@ -696,8 +686,7 @@ async fn connect(
             };
             match listener.accept_worker(expectation, deadline).await {
                 Ok(accepted) => {
-                    let mut connected =
-                        Connected::new(reading_directly_if_spinning(accepted.transport, settings));
+                    let mut connected = Connected::new(reading_directly(accepted.transport));
                     connected.hello = Some(accepted.hello);
                     connected.token = Some(token);
                     Ok(connected)

@@ -27,7 +27,7 @@ use airlock_protocol::transport::Outgoing;
 use airlock_protocol::{AbortReason, CloseReason, Event, HostSession};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::connection::{drive_writes, fail, read_frames, Core, Live, Party, Wire};
+use crate::connection::{drive_writes, fail, read_frames, Core, Inlet, Live, Party, Wire};
 use crate::reply::Replier;
 pub(crate) use crate::updates::Updates;
 use crate::updates::{Cost, UpdateBudget};
@@ -375,19 +375,20 @@ impl Supervisor {
         let mut outgoing = Outgoing::new(sender);
         outgoing.recycle_written_bodies();
         let wire = Arc::new(Wire::new(outgoing, direct_writes));
-        *live.lock() = Some(Core::new(self.generation, session, Arc::clone(&wire)));
+        let limits = crate::response::ResponseDecoding::new(&self.settings);
+        let inlet = Arc::new(Inlet::new(receiver, self.generation, limits));
+        let mut core = Core::new(self.generation, session, Arc::clone(&wire));
+        core.inlet = Some(Arc::clone(&inlet));
+        *live.lock() = Some(core);
         // However this future ends (even dropped with its runtime), no caller is left waiting
         // on a core nobody drives.
         let detach = Detach(&live);
         let (raise_tx, raise_rx) = oneshot::channel();
         let mut raise_tx = Some(raise_tx);
-        let limits = crate::response::ResponseDecoding::new(&self.settings);
         let reader = tokio::spawn(read_frames(
-            receiver,
+            inlet,
             Arc::clone(&live),
-            self.generation,
             raise_rx,
-            limits,
             // Each worker process has its own: a lost worker's updates stay charged to its
             // budget until their callers take or drop them, and never hold up its successor.
             UpdateBudget::new(self.update_cap),

@@ -4,6 +4,7 @@
 //! ```text
 //!   caller ──(lock: begin the call)──▶ its own non-blocking write ──▶ worker
 //!   worker ──▶ reader task ──(lock: time first, then each frame of the read, decoded)──▶ caller
+//!   worker ──▶ the caller's own look, just after its write (inlet: the reader's turn) ──▶ caller
 //!   supervisor: time, the process, commands, restarts; never reads or writes the channel
 //! ```
 //!
@@ -12,17 +13,22 @@
 //! cannot take at once is handed to the writer task, which keeps the send deadline. With
 //! [`GATHER_AT`] or more calls in flight the caller hands its frame to the writer task at
 //! once, and the writer lets the callers about to run queue theirs before it writes, so
-//! pipelined calls share writes. The reader
-//! task completes callers directly. So a small call crosses one task boundary (reader →
-//! caller) on the host, and the supervisor wakes only for events, earlier deadlines and the
-//! process.
+//! pipelined calls share writes. The reader task completes callers directly. So a small call
+//! crosses one task boundary (reader → caller) on the host, and the supervisor wakes only for
+//! events, earlier deadlines and the process. A caller that wrote its own frame with no other
+//! call in flight first looks for its answer itself ([`Inlet::look`]): one non-blocking read,
+//! and, if the worker already answered (it shares the caller's CPU), the reader's turn taken
+//! by the caller, with no task boundary at all.
 //!
 //! Two locks, never held across a system call on the channel and always taken in this order:
 //! the core (the session and the call table) and the wire's queue (frames in the order the
 //! session produced them, and who is writing). That is the rule this layout exists to keep: a
 //! worker able to stall a pipe `read(2)` or `write(2)` inside the kernel stalls at most the
 //! task making that call, never the supervisor, which can still see the deadline pass and
-//! kill it.
+//! kill it. A third lock, the inlet's, is taken before both and held through a turn, its
+//! non-blocking read included; only the reader waits for it, and only for another party's
+//! turn, which is as bounded as its own. A caller never waits for it (it gives up its look)
+//! and the supervisor never takes it.
 //!
 //! The reader takes the frames that came in one read (up to 64, or 64 KiB) and hands them to
 //! the session in one turn under the lock, time first. Each frame is settled before the next;
@@ -31,10 +37,12 @@
 //! not decode is cut off before any later frame of it is accepted, even one read together with
 //! the lie.
 //!
-//! One file per party's job: [`link`] (the calls on the worker and their callers), [`reader`]
-//! (the reader task), [`reader_spin`] (its low-latency mode) and [`wire`] (writing). This file
+//! One file per party's job: [`link`] (the calls on the worker and their callers), [`inlet`]
+//! (the read side, shared by the reader and a caller's look), [`reader`] (the reader task and
+//! its turn), [`reader_spin`] (its low-latency mode) and [`wire`] (writing). This file
 //! holds what they share under the lock: [`Live`], [`Core`] and what a turn [`Settled`].
 
+mod inlet;
 mod link;
 mod reader;
 mod reader_spin;
@@ -50,10 +58,10 @@ use airlock_protocol::{Event, HostSession, Transmit};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+pub(crate) use inlet::Inlet;
 pub(crate) use link::{fail, Link};
 use reader::deliver;
 pub(crate) use reader::read_frames;
-pub(crate) use reader_spin::on_a_multi_thread_runtime;
 pub(crate) use wire::{drive_writes, Wire};
 
 use crate::reply::{Decoded, Replier};
@@ -234,7 +242,7 @@ impl Live {
     /// write is in flight. Gives the call back when no worker is taking calls (during a
     /// handshake, a restart or a shutdown): the supervisor then queues it.
     pub(crate) fn try_begin(&self, call: CallRequest, by: Party) -> Result<(), CallRequest> {
-        let (settled, wake, alone) = {
+        let (settled, wake, alone, look) = {
             let mut guard = self.lock();
             let Some(core) = guard.as_mut().filter(|core| core.accepting) else {
                 return Err(call);
@@ -247,13 +255,20 @@ impl Live {
             // stream of calls with one timeout wakes it once per timeout, not once per call.
             let earlier = core.timer_at.is_none_or(|at| deadline < at);
             let alone = core.session.in_flight() <= 1;
-            (settled, earlier, alone)
+            // A caller that writes its own frame, alone, may look for the answer itself.
+            let look = (alone && self.spin.is_none() && settled.writes_now(by))
+                .then(|| core.inlet.clone())
+                .flatten();
+            (settled, earlier, alone, look)
         };
         if wake {
             self.wake.notify_one();
         }
         self.grant_spin(alone);
         settled.finish(self, by, None);
+        if let Some(inlet) = look {
+            inlet.look(self);
+        }
         Ok(())
     }
 
@@ -311,6 +326,8 @@ pub(crate) struct Core {
     pub(crate) last_words: Vec<Transmit>,
     /// What the supervisor's timer is armed for.
     pub(crate) timer_at: Option<Instant>,
+    /// The read side of the worker's channel, for a caller's look ([`Inlet::look`]).
+    pub(crate) inlet: Option<Arc<Inlet>>,
     closed: bool,
 }
 
@@ -335,11 +352,19 @@ pub(crate) struct Settled {
 }
 
 impl Settled {
+    /// Whether `by` writes this turn's frames itself, at once, in [`finish`](Self::finish).
+    fn writes_now(&self, by: Party) -> bool {
+        self.write
+            .as_ref()
+            .is_some_and(|(wire, _)| by != Party::Supervisor && wire.direct && !self.gather)
+    }
+
     /// Acts on a turn, outside the lock: decodes and delivers responses (a lie cuts the worker
     /// off first), writes what this party became the writer of (or hands it to the writer
     /// task), and wakes the supervisor. `turn` comes with the reader's turns: the responses
     /// it decoded under the lock and how to decode the rest. True if the worker lied.
     pub(crate) fn finish(self, live: &Live, by: Party, turn: Option<ReaderTurn<'_>>) -> bool {
+        let writes_now = self.writes_now(by);
         let Settled {
             mut wake,
             returned,
@@ -349,7 +374,7 @@ impl Settled {
             gather,
         } = self;
         if let Some((wire, batch)) = write {
-            if by != Party::Supervisor && wire.direct && !gather {
+            if writes_now {
                 wake |= wire.write_now(batch);
             } else {
                 wire.hand_off(batch, gather);
@@ -407,6 +432,7 @@ impl Core {
             events: Vec::new(),
             last_words: Vec::new(),
             timer_at: None,
+            inlet: None,
             closed: false,
         }
     }

@@ -1,7 +1,7 @@
-//! The reader task: the worker's frames, taken as many at a time as came in one read and
-//! handed to the session under the lock with time first, the responses they complete decoded before the
-//! next frame is handed over and delivered outside the lock, a liar cut off before its next
-//! frame is accepted.
+//! The reader task and the turn it shares with a caller's look: the worker's frames, taken as
+//! many at a time as came in one read and handed to the session under the lock with time
+//! first, the responses they complete decoded before the next frame is handed over and
+//! delivered outside the lock, a liar cut off before its next frame is accepted.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use airlock_protocol::{AbortReason, CloseReason, TransportError};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::inlet::Inlet;
 use super::reader_spin::{Polling, ReaderSpin, Turn};
 use super::{Core, Live, Party, ReaderTurn, Returned, Settled};
 use crate::reply::{Decoded, Replier};
@@ -172,11 +173,11 @@ fn cut_off_liar(live: &Live, generation: u64, refused: Vec<(Replier, DecodeError
 }
 
 /// What the receiver gave: a frame, the end of the stream, or a transport error.
-type Received = Result<Option<Bytes>, TransportError>;
+pub(super) type Received = Result<Option<Bytes>, TransportError>;
 
 /// The most frames a turn of the reader takes: pipelined answers share one lock and one clock
 /// read, and callers wait on the lock for at most this many frames.
-const TURN_FRAMES: usize = 64;
+pub(super) const TURN_FRAMES: usize = 64;
 
 /// The reader takes no further frame into a turn once those taken reach this many bytes, so a
 /// turn holds at most this much besides its last frame: a worker cannot make the host hold
@@ -194,47 +195,60 @@ const DECODE_IN_TURN: usize = 4096;
 /// [`DECODE_IN_TURN`] it bounds the decoding a turn does under the lock, up to a factor of the
 /// response type: fixed arity (arrays, tuples, struct fields) is not counted as items, so a
 /// response type of nested arrays multiplies it, for an honest answer as for a hostile one.
-const ITEMS_IN_TURN: usize = 256;
+pub(super) const ITEMS_IN_TURN: usize = 256;
 
-/// Takes the worker's next frame into `taken` (empty), waiting for it, then the frames that
-/// came with it (those the receiver already holds: no further read, so the callers the turn
-/// answers are not kept waiting for a read that finds nothing), until [`TURN_FRAMES`] are
-/// taken or they reach [`TURN_BYTES`]. The end of the stream or an error ends the turn's
-/// taking. Cancel-safe: it takes nothing until it is ready.
-fn take_ready<'a>(
-    receiver: &'a mut dyn FrameReceiver,
-    taken: &'a mut VecDeque<Received>,
-) -> impl std::future::Future<Output = ()> + 'a {
-    std::future::poll_fn(move |cx| {
-        let mut next = Some(std::task::ready!(receiver.poll_recv(cx)));
-        let mut bytes = 0usize;
-        while let Some(item) = next {
-            let frame_len = match &item {
-                Ok(Some(frame)) => Some(frame.len()),
-                _ => None,
-            };
-            taken.push_back(item);
-            let Some(frame_len) = frame_len else {
-                // The end of the stream or an error: nothing follows it.
-                break;
-            };
-            bytes = bytes.saturating_add(frame_len);
-            if taken.len() >= TURN_FRAMES || bytes >= TURN_BYTES {
-                break;
-            }
-            next = receiver.recv_buffered();
-        }
-        Poll::Ready(())
-    })
+/// Polls for the worker's next frame into `taken` (empty), then takes the frames that came
+/// with it ([`take_buffered`]). Cancel-safe: it takes nothing until it is ready.
+pub(super) fn poll_take(
+    receiver: &mut dyn FrameReceiver,
+    taken: &mut VecDeque<Received>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<()> {
+    let first = std::task::ready!(receiver.poll_recv(cx));
+    let frame_len = match &first {
+        Ok(Some(frame)) => Some(frame.len()),
+        _ => None,
+    };
+    taken.push_back(first);
+    // The end of the stream or an error: nothing follows it.
+    if let Some(frame_len) = frame_len {
+        take_buffered(receiver, taken, frame_len);
+    }
+    Poll::Ready(())
+}
+
+/// Takes into `taken` (holding frames of `bytes` in all) the frames the receiver already
+/// holds: no further read, so the callers the turn answers are not kept waiting for a read
+/// that finds nothing, until [`TURN_FRAMES`] are taken or they reach [`TURN_BYTES`]. The end
+/// of the stream or an error ends the taking.
+pub(super) fn take_buffered(
+    receiver: &mut dyn FrameReceiver,
+    taken: &mut VecDeque<Received>,
+    mut bytes: usize,
+) {
+    while taken.len() < TURN_FRAMES && bytes < TURN_BYTES {
+        let Some(item) = receiver.recv_buffered() else {
+            return;
+        };
+        let frame_len = match &item {
+            Ok(Some(frame)) => Some(frame.len()),
+            _ => None,
+        };
+        taken.push_back(item);
+        let Some(frame_len) = frame_len else {
+            return;
+        };
+        bytes = bytes.saturating_add(frame_len);
+    }
 }
 
 /// What a turn under the lock did.
-struct Turned {
-    settled: Settled,
+pub(super) struct Turned {
+    pub(super) settled: Settled,
     /// The stream ended (or failed): the reader's last turn.
-    last: bool,
+    pub(super) last: bool,
     /// The turn's clock read, before its frames.
-    at: Instant,
+    pub(super) at: Instant,
 }
 
 /// One turn of the reader under the lock: time first, then the frames `taken`, each settled
@@ -244,7 +258,7 @@ struct Turned {
 /// that brought a streaming call's updates (delivered, perhaps waiting for room, before the
 /// call's next frame), and at the end of the stream. Frames not handed over stay in `taken`
 /// for the next turn.
-fn take_turn(
+pub(super) fn take_turn(
     core: &mut Core,
     taken: &mut VecDeque<Received>,
     in_turn: &ResponseDecoding,
@@ -294,29 +308,44 @@ fn take_turn(
 
 /// The reader task: takes the worker's frames as they come (several at once when several are
 /// ready), hands them to the session under the lock, deadlines first, and answers the callers
-/// they complete. `raise` carries the connection's `max_frame` once the worker is verified
-/// (`take_ready` is cancel-safe, so switching mid-wait loses nothing).
+/// they complete; delivers the updates of streaming calls before it takes the next frames.
+/// Turns are taken under the `inlet`'s lock, which a caller's look takes too. `raise` carries
+/// the connection's `max_frame` once the worker is verified (the wait is cancel-safe, so
+/// switching mid-wait loses nothing); callers look only after that, and only with the
+/// low-latency mode off.
 pub(crate) async fn read_frames(
-    mut receiver: Box<dyn FrameReceiver>,
+    inlet: Arc<Inlet>,
     live: Arc<Live>,
-    generation: u64,
     mut raise: oneshot::Receiver<u32>,
-    limits: ResponseDecoding,
     budget: Arc<UpdateBudget>,
 ) {
     let mut raised = false;
     let mut spin = live
         .spin
-        .map(|window| ReaderSpin::new(window, Polling::for_reader(&*receiver)));
-    let in_turn = limits.with_items_at_most(ITEMS_IN_TURN);
-    let mut taken = VecDeque::with_capacity(TURN_FRAMES);
-    let mut decoded = Vec::with_capacity(TURN_FRAMES);
+        .map(|window| ReaderSpin::new(window, Polling::for_reader(&*inlet.lock().receiver)));
     loop {
-        if taken.is_empty() {
+        let (ended, updates, in_hand) = {
+            let mut state = inlet.lock();
+            let updates = std::mem::take(&mut state.updates);
+            (state.ended, updates, !state.taken.is_empty())
+        };
+        if ended {
+            return;
+        }
+        // Updates a caller's turn brought go to their callers before the next frame is taken.
+        if !updates.is_empty() {
+            if !deliver_updates(&live, inlet.generation, updates, &inlet.limits, &budget).await {
+                return;
+            }
+            continue;
+        }
+        if !in_hand {
             // Low-latency mode: for a window after each call begins, poll for the worker's
             // frames instead of sleeping until they arrive (`HostBuilder::low_latency`), while
             // it pays.
-            let turn = spin.as_mut().map(|spin| spin.turn(&live, &mut *receiver));
+            let turn = spin
+                .as_mut()
+                .map(|spin| spin.turn(&live, &mut *inlet.lock().receiver));
             let (spinning, awaits_grant) = match turn {
                 None | Some(Turn::Sleep) => (false, false),
                 Some(Turn::Spin) => (true, false),
@@ -328,47 +357,30 @@ pub(crate) async fn read_frames(
                 max = &mut raise, if !raised => {
                     raised = true;
                     if let Ok(max) = max {
-                        receiver.set_max_frame(max);
+                        inlet.lock().receiver.set_max_frame(max);
                     }
                     continue;
                 }
-                () = take_ready(&mut *receiver, &mut taken) => {}
+                () = inlet.wait(raised && spin.is_none()) => {}
                 () = tokio::task::yield_now(), if spinning => continue,
                 () = live.grant_wake.notified(), if awaits_grant => continue,
             }
-            if let Some(spin) = spin
-                .as_mut()
-                .filter(|_| matches!(taken.front(), Some(Ok(Some(_)))))
-            {
-                spin.frame_in(&live);
+            if let Some(spin) = spin.as_mut() {
+                if matches!(inlet.lock().taken.front(), Some(Ok(Some(_)))) {
+                    spin.frame_in(&live);
+                }
             }
+            // Whatever ended the wait (frames taken, or left by a caller's look with updates
+            // that go first, or the end of the reader's work) is looked at in that order.
+            continue;
         }
-        let turned = {
-            let mut guard = live.lock();
-            // Only this reader's own worker: once it is put down (this task is aborted, but an
-            // abort lands only at the next `.await`), its frames and its end of stream are
-            // nobody's business.
-            let Some(core) = guard.as_mut().filter(|core| core.generation == generation) else {
-                return;
-            };
-            take_turn(core, &mut taken, &in_turn, &mut decoded)
+        let Some((ended, updates)) = inlet.reader_turn(&live) else {
+            return;
         };
-        let Turned {
-            mut settled,
-            last,
-            at,
-        } = turned;
-        let updates = std::mem::take(&mut settled.updates);
-        let turn = ReaderTurn {
-            limits: &limits,
-            generation,
-            decoded: &mut decoded,
-            at,
-        };
-        if settled.finish(&live, Party::Reader, Some(turn)) || last {
+        if ended {
             return;
         }
-        if !deliver_updates(&live, generation, updates, &limits, &budget).await {
+        if !deliver_updates(&live, inlet.generation, updates, &inlet.limits, &budget).await {
             return;
         }
     }
@@ -380,170 +392,11 @@ mod tests {
     use std::task::Context;
     use std::time::Duration;
 
-    use airlock_protocol::{CallId, FrameDecoder, WorkerEvent, WorkerSession};
-
     use super::*;
-    use crate::connection::recording::{ready_sessions, recording_wire};
+    use crate::connection::recording::{encoded, runtime, AllReady, Calls};
     use crate::connection::wire::now_or_never;
-    use crate::host::decode_response;
-    use crate::reply::{pair, Reply};
-    use crate::supervisor::CallRequest;
     use crate::updates::Cost;
     use crate::LostReason;
-
-    /// A receiver whose frames are all ready at once, as when the worker wrote them in one
-    /// write; after them it waits for ever.
-    /// It counts the frames `poll_recv` gave (those a read brought, in a real receiver).
-    struct AllReady(VecDeque<Bytes>, Arc<AtomicUsize>);
-
-    #[async_trait::async_trait]
-    impl FrameReceiver for AllReady {
-        fn poll_recv(&mut self, _: &mut Context<'_>) -> Poll<Received> {
-            match self.recv_buffered() {
-                Some(item) => {
-                    self.1.fetch_add(1, Ordering::SeqCst);
-                    Poll::Ready(item)
-                }
-                None => Poll::Pending,
-            }
-        }
-
-        fn recv_buffered(&mut self) -> Option<Received> {
-            self.0.pop_front().map(|frame| Ok(Some(frame)))
-        }
-    }
-
-    /// A connected worker's session and the host's calls on it, each answered with a `T`.
-    struct Calls<T: Send + 'static> {
-        live: Arc<Live>,
-        worker: WorkerSession,
-        ids: Vec<CallId>,
-        answers: Vec<Reply<T>>,
-        /// Frames the reader's receiver gave through `poll_recv`.
-        reads: Arc<AtomicUsize>,
-    }
-
-    impl<T: serde::de::DeserializeOwned + Send + 'static> Calls<T> {
-        /// Begins one `echo` call for each entry of `updates` (a streaming call's channel, or
-        /// none), due in a minute, and lets the worker's session take them. Inside a runtime.
-        fn begin(updates: Vec<Option<Updates>>) -> Self {
-            let due = Instant::now() + Duration::from_secs(60);
-            Self::begin_each(updates.into_iter().map(|updates| (updates, due)).collect())
-        }
-
-        /// [`begin`](Self::begin) with a deadline per call, none streaming.
-        fn begin_due(deadlines: Vec<Instant>) -> Self {
-            Self::begin_each(deadlines.into_iter().map(|due| (None, due)).collect())
-        }
-
-        fn begin_each(calls: Vec<(Option<Updates>, Instant)>) -> Self {
-            let (wire, writes) = recording_wire();
-            let live = Arc::new(Live::new(None));
-            let (host, mut worker) = ready_sessions();
-            let mut core = Core::new(1, host, wire);
-            core.accepting = true;
-            *live.lock() = Some(core);
-            let mut answers = Vec::new();
-            for (key, (updates, deadline)) in (0..).zip(calls) {
-                let (answer, reply) = pair(decode_response::<T>);
-                let call = CallRequest {
-                    key,
-                    method: "echo".into(),
-                    body: Bytes::from_static(&[0]).into(),
-                    deadline,
-                    reply,
-                    updates,
-                };
-                assert!(live.try_begin(call, Party::Caller).is_ok());
-                answers.push(answer);
-            }
-            for frame in writes.lock().unwrap().concat() {
-                worker.handle_bytes(&frame);
-            }
-            let ids: Vec<_> = std::iter::from_fn(|| worker.poll_event())
-                .filter_map(|event| match event {
-                    WorkerEvent::Call { id, .. } => Some(id),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(
-                ids.len(),
-                answers.len(),
-                "the worker did not see every call"
-            );
-            Self {
-                live,
-                worker,
-                ids,
-                answers,
-                reads: Arc::default(),
-            }
-        }
-
-        /// The frames the worker has written since, as the host's receiver gives them.
-        fn written(&mut self) -> VecDeque<Bytes> {
-            let mut decoder = FrameDecoder::new(u32::MAX);
-            while let Some(transmit) = self.worker.poll_transmit() {
-                decoder.extend(&transmit.to_vec());
-            }
-            std::iter::from_fn(|| decoder.next_frame().unwrap()).collect()
-        }
-
-        /// The worker answers its calls in order, one `Return` with each of `bodies`.
-        fn answer(&mut self, bodies: Vec<Bytes>) {
-            for (id, body) in self.ids.clone().into_iter().zip(bodies) {
-                self.worker.reply_return(id, body).unwrap();
-            }
-        }
-
-        /// One turn of the reader under the lock over `taken`, within the in-turn budgets.
-        fn turn(&self, taken: &mut VecDeque<Received>, decoded: &mut Vec<Decoded>) -> Turned {
-            let in_turn = ResponseDecoding::for_tests().with_items_at_most(ITEMS_IN_TURN);
-            let mut guard = self.live.lock();
-            take_turn(guard.as_mut().unwrap(), taken, &in_turn, decoded)
-        }
-
-        /// Finishes a turn as the reader does, outside the lock. True if the worker lied.
-        fn finish(&self, turned: Turned, decoded: &mut Vec<Decoded>) -> bool {
-            let limits = ResponseDecoding::for_tests();
-            let turn = ReaderTurn {
-                limits: &limits,
-                generation: 1,
-                decoded,
-                at: turned.at,
-            };
-            turned.settled.finish(&self.live, Party::Reader, Some(turn))
-        }
-
-        /// The reader of `frames`, all ready at once, as if written in one write.
-        fn reader(
-            &self,
-            frames: VecDeque<Bytes>,
-            budget: Arc<UpdateBudget>,
-        ) -> impl std::future::Future<Output = ()> {
-            let (raise_sender, raise) = oneshot::channel();
-            // The frame cap stays as it is: the sender is dropped.
-            drop(raise_sender);
-            read_frames(
-                Box::new(AllReady(frames, Arc::clone(&self.reads))),
-                Arc::clone(&self.live),
-                1,
-                raise,
-                ResponseDecoding::for_tests(),
-                budget,
-            )
-        }
-    }
-
-    fn encoded(value: u64) -> Bytes {
-        airlock_protocol::reuse::encode_body(&value).unwrap().into()
-    }
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-    }
 
     /// What two callers expecting a `u64` hear when the worker answers the first with `first`
     /// and the second with 7 in one write: as the reader leaves them (`None`: not yet
@@ -661,7 +514,8 @@ mod tests {
                 Arc::default(),
             );
             let mut taken = VecDeque::new();
-            assert!(now_or_never(take_ready(&mut receiver, &mut taken)).is_some());
+            let take = std::future::poll_fn(|cx| poll_take(&mut receiver, &mut taken, cx));
+            assert!(now_or_never(take).is_some());
             taken.len()
         };
         assert_eq!(taken_from(vec![16; 100]), TURN_FRAMES);

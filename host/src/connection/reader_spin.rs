@@ -30,8 +30,8 @@ pub(super) enum Polling {
 }
 
 /// Whether the current runtime is a multi-thread one, where the reader polls in place if its
-/// channel can be read so (and so where a host in the low-latency mode makes it readable so).
-pub(crate) fn on_a_multi_thread_runtime() -> bool {
+/// channel can be read so.
+fn on_a_multi_thread_runtime() -> bool {
     tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
         matches!(
             runtime.runtime_flavor(),

@@ -1,0 +1,499 @@
+//! The read side of one worker's channel, shared by the reader task and the callers: the
+//! receiver and what a turn carries over from the last, behind one lock, so that turns are
+//! taken one at a time whoever takes them.
+//!
+//! The reader task takes every turn but one kind: a caller that has just written its frame,
+//! with no other call in flight, may take one turn itself ([`Inlet::look`]) while the reader
+//! waits for input with nothing in hand. When the worker shares the caller's CPU, the kernel
+//! usually runs it as the caller's write wakes it, and its answer is in the pipe before the
+//! write returns: the caller then takes it with one non-blocking `read`, where otherwise the
+//! runtime would poll its I/O, wake the reader, and the reader wake the caller. A look takes
+//! only whole frames already read, and the turn it takes is the reader's own (time first,
+//! each frame settled before the next, a liar cut off before the lock is released), under the
+//! same lock; anything it leaves (frames not yet handed over, updates to deliver, the end of
+//! the stream) it leaves to the reader, which it wakes.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use airlock_protocol::transport::FrameReceiver;
+use bytes::Bytes;
+
+use super::reader::{take_buffered, take_turn, Received, Turned, ITEMS_IN_TURN, TURN_FRAMES};
+use super::{Live, Party, ReaderTurn};
+use crate::reply::Decoded;
+use crate::response::ResponseDecoding;
+use crate::updates::Updates;
+
+/// One worker's channel, read side: see the module's docs.
+pub(crate) struct Inlet {
+    /// Which worker this reads: a turn touches only that worker's session.
+    pub(super) generation: u64,
+    /// The budgets responses decode within.
+    pub(super) limits: ResponseDecoding,
+    /// The same, narrowed for the responses a turn decodes under the core's lock.
+    in_turn: ResponseDecoding,
+    state: Mutex<State>,
+}
+
+/// What turns share, under [`Inlet`]'s lock. Taken before the core's lock, never after it.
+pub(super) struct State {
+    pub(super) receiver: Box<dyn FrameReceiver>,
+    /// Frames taken but not yet handed to the session (a turn ends early after some frames).
+    pub(super) taken: VecDeque<Received>,
+    /// Responses decoded in a turn, kept here between turns so their room is reused.
+    decoded: Vec<Decoded>,
+    /// Updates a caller's turn brought, for the reader to deliver before anything more of the
+    /// worker's is taken.
+    pub(super) updates: Vec<(Updates, Bytes)>,
+    /// The reader's work is over: the stream ended or failed, or the worker lied or is gone.
+    pub(super) ended: bool,
+    /// A caller may take a turn: the reader waits for input with nothing in hand, the frame
+    /// cap raised and the low-latency mode off. Set by the reader as its wait begins, cleared
+    /// by whoever takes the next turn.
+    open: bool,
+    /// The reader's waker, as of its wait: a caller's turn that leaves it work wakes it.
+    reader: Option<Waker>,
+    looks: LookPolicy,
+}
+
+impl Inlet {
+    /// The read side of worker `generation`'s channel.
+    pub(crate) fn new(
+        receiver: Box<dyn FrameReceiver>,
+        generation: u64,
+        limits: ResponseDecoding,
+    ) -> Self {
+        Self {
+            generation,
+            in_turn: limits.with_items_at_most(ITEMS_IN_TURN),
+            limits,
+            state: Mutex::new(State {
+                receiver,
+                taken: VecDeque::with_capacity(TURN_FRAMES),
+                decoded: Vec::with_capacity(TURN_FRAMES),
+                updates: Vec::new(),
+                ended: false,
+                open: false,
+                reader: None,
+                looks: LookPolicy::default(),
+            }),
+        }
+    }
+
+    /// The state. A thread that panicked while holding it (a response type's `Deserialize`
+    /// panicked in a turn) may have left it half done: the reader's work ends then, as it
+    /// did when only the reader task took turns.
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| {
+            let mut state = poisoned.into_inner();
+            state.ended = true;
+            state.open = false;
+            state
+        })
+    }
+
+    /// The reader's wait: ready once frames are taken (or were left by a caller's turn),
+    /// updates wait for delivery, or the reader's work is over. While it waits, a caller may
+    /// look if `open_to_callers`.
+    pub(super) fn wait(&self, open_to_callers: bool) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| self.lock().poll_wait(cx, open_to_callers))
+    }
+
+    /// One turn with the frames taken, as [`State::turn`], by the reader.
+    pub(super) fn reader_turn(&self, live: &Live) -> Option<(bool, Vec<(Updates, Bytes)>)> {
+        let mut state = self.lock();
+        state.open = false;
+        state.turn(self, live, Party::Reader)
+    }
+
+    /// A caller's look, just after it wrote its frame with no other call in flight: if the
+    /// reader waits with nothing in hand and looks have been paying, one non-blocking read;
+    /// whole frames it brings are taken through one turn, as the reader would. Never waits
+    /// for the lock or for input.
+    pub(crate) fn look(&self, live: &Live) {
+        let Ok(mut state) = self.state.try_lock() else {
+            // The reader (or another caller) is taking a turn, or a turn panicked.
+            return;
+        };
+        if !state.open || !state.looks.due() {
+            return;
+        }
+        let state = &mut *state;
+        let came = state.receiver.read_now();
+        if came {
+            take_buffered(&mut *state.receiver, &mut state.taken, 0);
+        }
+        state.looks.found(!state.taken.is_empty());
+        if !came {
+            return;
+        }
+        if state.taken.is_empty() {
+            // Bytes short of a frame, the end of the stream, or the rest of a large frame:
+            // the reader's to read.
+            state.wake_reader();
+            return;
+        }
+        state.open = false;
+        match state.turn(self, live, Party::Caller) {
+            Some((ended, updates)) => {
+                state.ended = ended;
+                state.updates = updates;
+            }
+            None => state.ended = true,
+        }
+        if !state.ended && state.taken.is_empty() && state.updates.is_empty() {
+            // A whole frame the read brought beyond the turn's bounds is the reader's too.
+            if let Some(item) = state.receiver.recv_buffered() {
+                state.taken.push_back(item);
+            }
+        }
+        if state.ended || !state.taken.is_empty() || !state.updates.is_empty() {
+            state.wake_reader();
+        } else {
+            // Nothing left in hand: the reader still waits as it did.
+            state.open = true;
+        }
+    }
+}
+
+impl State {
+    fn poll_wait(&mut self, cx: &mut Context<'_>, open_to_callers: bool) -> Poll<()> {
+        if self.ended || !self.taken.is_empty() || !self.updates.is_empty() {
+            self.open = false;
+            return Poll::Ready(());
+        }
+        match super::reader::poll_take(&mut *self.receiver, &mut self.taken, cx) {
+            Poll::Ready(()) => {
+                self.open = false;
+                Poll::Ready(())
+            }
+            Poll::Pending => {
+                self.open = open_to_callers;
+                if !self
+                    .reader
+                    .as_ref()
+                    .is_some_and(|waker| waker.will_wake(cx.waker()))
+                {
+                    self.reader = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn wake_reader(&mut self) {
+        self.open = false;
+        if let Some(waker) = &self.reader {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// One turn: the frames taken go to worker `inlet.generation`'s session under the core's
+    /// lock, time first ([`take_turn`]), then the turn is finished outside it: responses
+    /// decoded and delivered, a liar cut off. Gives whether the reader's work is over (the
+    /// stream ended or the worker lied) and the updates to deliver before the next turn;
+    /// `None` if the worker's core is gone.
+    fn turn(
+        &mut self,
+        inlet: &Inlet,
+        live: &Live,
+        by: Party,
+    ) -> Option<(bool, Vec<(Updates, Bytes)>)> {
+        let turned = {
+            let mut guard = live.lock();
+            // Only this worker's own core: once it is put down, its frames and its end of
+            // stream are nobody's business.
+            let core = guard
+                .as_mut()
+                .filter(|core| core.generation == inlet.generation)?;
+            take_turn(core, &mut self.taken, &inlet.in_turn, &mut self.decoded)
+        };
+        let Turned {
+            mut settled,
+            last,
+            at,
+        } = turned;
+        let updates = std::mem::take(&mut settled.updates);
+        let turn = ReaderTurn {
+            limits: &inlet.limits,
+            generation: inlet.generation,
+            decoded: &mut self.decoded,
+            at,
+        };
+        let lied = settled.finish(live, by, Some(turn));
+        Some((lied || last, updates))
+    }
+}
+
+/// Whether a caller's look is worth its `read`: it is when the worker answers while the
+/// caller writes (it shares the caller's CPU), and not otherwise (on another CPU the answer
+/// comes microseconds later, and the read finds nothing). Each look that finds a frame adds
+/// two to a score (up to [`LookPolicy::MOST`]), each that finds none takes one away; at zero,
+/// callers look only once in [`LookPolicy::PROBE_EVERY`] chances, to see whether that
+/// changed. So a look is made while at least a third of them pay.
+#[derive(Debug)]
+struct LookPolicy {
+    score: u8,
+    since_probe: u8,
+}
+
+impl Default for LookPolicy {
+    fn default() -> Self {
+        Self {
+            score: 2,
+            since_probe: 0,
+        }
+    }
+}
+
+impl LookPolicy {
+    const MOST: u8 = 16;
+    const PROBE_EVERY: u8 = 32;
+
+    fn due(&mut self) -> bool {
+        if self.score > 0 {
+            return true;
+        }
+        self.since_probe += 1;
+        if self.since_probe >= Self::PROBE_EVERY {
+            self.since_probe = 0;
+            return true;
+        }
+        false
+    }
+
+    fn found(&mut self, frame: bool) {
+        self.score = if frame {
+            self.score.saturating_add(2).min(Self::MOST)
+        } else {
+            self.score.saturating_sub(1)
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::connection::recording::{
+        answering_wire, encoded, ready_sessions, runtime, Calls, Pipe, Piped,
+    };
+    use crate::connection::wire::now_or_never;
+    use crate::connection::{read_frames, Core};
+    use crate::host::decode_response;
+    use crate::reply::pair;
+    use crate::supervisor::CallRequest;
+    use crate::updates::{Cost, UpdateBudget};
+    use crate::{CallError, LostReason};
+
+    fn pipe_of(pipe: &Arc<Mutex<Pipe>>) -> std::sync::MutexGuard<'_, Pipe> {
+        pipe.lock().unwrap()
+    }
+
+    /// A caller whose answer is already in the pipe takes it with one read of its own and
+    /// one turn: the reader never reads it, and waits on, open to the next caller's look.
+    #[test]
+    fn a_caller_takes_the_answer_already_in_the_pipe_and_the_reader_waits_on() {
+        runtime().block_on(async {
+            let mut calls = Calls::<u64>::begin(vec![None, None]);
+            let (receiver, pipe) = Piped::new();
+            let budget = UpdateBudget::new(Cost::default());
+            let (inlet, reader) = calls.reader_over(receiver, budget);
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            for (index, value) in [5, 7].into_iter().enumerate() {
+                let id = calls.ids[index];
+                calls.worker.reply_return(id, encoded(value)).unwrap();
+                pipe_of(&pipe).frames = calls.written();
+                inlet.look(&calls.live);
+                assert_eq!(now_or_never(&mut calls.answers[index]), Some(Ok(value)));
+                assert!(now_or_never(reader.as_mut()).is_none());
+            }
+            assert_eq!(pipe_of(&pipe).direct_reads, 2);
+            assert_eq!(pipe_of(&pipe).runtime_reads, 0, "the reader read an answer");
+        });
+    }
+
+    /// The look is made where a call is begun: a caller that writes its own frame, with no
+    /// other call in flight, to a worker that answers while the write is made (as one sharing
+    /// the caller's CPU does), has its answer when `try_begin` returns.
+    #[test]
+    fn a_caller_that_writes_alone_to_a_worker_that_answers_at_once_has_its_answer_on_return() {
+        runtime().block_on(async {
+            let live = Arc::new(Live::new(None));
+            let (host, worker) = ready_sessions();
+            let (receiver, pipe) = Piped::new();
+            let wire = answering_wire(Arc::new(Mutex::new(worker)), Arc::clone(&pipe));
+            let inlet = Arc::new(Inlet::new(receiver, 1, ResponseDecoding::for_tests()));
+            let mut core = Core::new(1, host, wire);
+            core.accepting = true;
+            core.inlet = Some(Arc::clone(&inlet));
+            *live.lock() = Some(core);
+            let (raise, raised) = tokio::sync::oneshot::channel();
+            drop(raise);
+            let budget = UpdateBudget::new(Cost::default());
+            let reader = read_frames(Arc::clone(&inlet), Arc::clone(&live), raised, budget);
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            for key in 0..3u64 {
+                let (mut answer, reply) = pair(decode_response::<u64>);
+                let call = CallRequest {
+                    key,
+                    method: "echo".into(),
+                    body: encoded(key + 10).into(),
+                    deadline: Instant::now() + Duration::from_secs(60),
+                    reply,
+                    updates: None,
+                };
+                assert!(live.try_begin(call, Party::Caller).is_ok());
+                assert_eq!(now_or_never(&mut answer), Some(Ok(key + 10)));
+            }
+            assert_eq!(pipe_of(&pipe).runtime_reads, 0, "the reader read an answer");
+            // A call begun by the supervisor (one that waited for the worker) never looks.
+            let (mut answer, reply) = pair(decode_response::<u64>);
+            let call = CallRequest {
+                key: 3,
+                method: "echo".into(),
+                body: encoded(1).into(),
+                deadline: Instant::now() + Duration::from_secs(60),
+                reply,
+                updates: None,
+            };
+            assert!(live.try_begin(call, Party::Supervisor).is_ok());
+            assert!(now_or_never(&mut answer).is_none());
+            assert_eq!(pipe_of(&pipe).direct_reads, 3);
+        });
+    }
+
+    /// Invariant: a worker whose response does not decode is cut off before any later frame
+    /// of it is accepted, when a caller's look takes the lie too: the answer read with it
+    /// never reaches its caller, who hears `WorkerLost` once the liar is reaped, and the
+    /// reader's work is over.
+    #[test]
+    fn a_lie_a_caller_takes_cuts_the_worker_off_before_the_answer_read_with_it() {
+        runtime().block_on(async {
+            let mut calls = Calls::<u64>::begin(vec![None, None]);
+            let (receiver, pipe) = Piped::new();
+            let (inlet, reader) = calls.reader_over(receiver, UpdateBudget::new(Cost::default()));
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            // An empty body is not a `u64`; the second answer is honest.
+            calls.answer(vec![Bytes::new(), encoded(7)]);
+            pipe_of(&pipe).frames = calls.written();
+            inlet.look(&calls.live);
+            assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
+            assert!(now_or_never(&mut calls.answers[1]).is_none());
+            assert!(
+                now_or_never(reader.as_mut()).is_some(),
+                "the reader went on"
+            );
+            if let Some(core) = calls.live.lock().as_mut() {
+                core.link.fail_all(&LostReason::HandshakeTimeout);
+            }
+            assert!(matches!(
+                now_or_never(&mut calls.answers[0]),
+                Some(Err(CallError::Decode(_)))
+            ));
+            let second = now_or_never(&mut calls.answers[1]);
+            assert!(
+                matches!(second, Some(Err(CallError::WorkerLost(_)))),
+                "the answer read with the lie was delivered: {second:?}"
+            );
+            assert_eq!(pipe_of(&pipe).runtime_reads, 0);
+        });
+    }
+
+    /// A streaming call's update and its answer, taken by a caller's look, reach the caller
+    /// in that order even when the update must wait for room: the look leaves the update and
+    /// the answer's frame to the reader, which delivers the update first.
+    #[test]
+    fn an_update_a_caller_takes_reaches_its_caller_before_the_answer_read_with_it() {
+        runtime().block_on(async {
+            let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
+            let streaming = Updates {
+                decode: crate::host::decode_update::<u64>,
+                sender,
+            };
+            let mut calls = Calls::<u64>::begin(vec![Some(streaming)]);
+            let id = calls.ids[0];
+            let held = Cost { bytes: 1, items: 1 };
+            let budget = UpdateBudget::new(held);
+            assert!(now_or_never(budget.take(held)).is_some());
+            let (receiver, pipe) = Piped::new();
+            let (inlet, reader) = calls.reader_over(receiver, Arc::clone(&budget));
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            calls.worker.reply_progress(id, encoded(1)).unwrap();
+            calls.worker.reply_return(id, encoded(2)).unwrap();
+            pipe_of(&pipe).frames = calls.written();
+            inlet.look(&calls.live);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            assert!(updates.try_recv().is_err(), "the update did not wait");
+            let early = now_or_never(&mut calls.answers[0]);
+            assert!(
+                early.is_none(),
+                "the answer reached the caller before the call's update: {early:?}"
+            );
+            // No look while the reader holds them.
+            inlet.look(&calls.live);
+            assert_eq!(pipe_of(&pipe).direct_reads, 1);
+            budget.give_back(held);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            let update = updates.try_recv().expect("the update, once there is room");
+            assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
+            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
+        });
+    }
+
+    /// A caller never reads while the reader has not raised the frame cap (an answer read
+    /// under the handshake's cap would be refused as too large).
+    #[test]
+    fn no_caller_looks_before_the_reader_has_raised_the_frame_cap() {
+        runtime().block_on(async {
+            let mut calls = Calls::<u64>::begin(vec![None]);
+            let (receiver, pipe) = Piped::new();
+            let inlet = Arc::new(Inlet::new(receiver, 1, ResponseDecoding::for_tests()));
+            let (_raise, raised) = tokio::sync::oneshot::channel();
+            let budget = UpdateBudget::new(Cost::default());
+            let reader = read_frames(Arc::clone(&inlet), Arc::clone(&calls.live), raised, budget);
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            calls.answer(vec![encoded(5)]);
+            pipe_of(&pipe).frames = calls.written();
+            inlet.look(&calls.live);
+            assert_eq!(pipe_of(&pipe).direct_reads, 0);
+            assert!(now_or_never(&mut calls.answers[0]).is_none());
+        });
+    }
+
+    /// Looks stop while they find nothing (the worker answers later, on another CPU), but
+    /// for one in `PROBE_EVERY`, and go on again once one finds a frame.
+    #[test]
+    fn looks_that_find_nothing_stop_but_for_probes_and_one_that_finds_a_frame_resumes_them() {
+        let mut looks = LookPolicy::default();
+        let made = |looks: &mut LookPolicy, chances: usize| -> usize {
+            (0..chances)
+                .filter(|_| {
+                    let due = looks.due();
+                    if due {
+                        looks.found(false);
+                    }
+                    due
+                })
+                .count()
+        };
+        let chances = 10 * usize::from(LookPolicy::PROBE_EVERY);
+        // The first score's worth, then one probe in `PROBE_EVERY`.
+        assert_eq!(made(&mut looks, chances), 2 + 9);
+        assert!(!looks.due() || looks.score == 0);
+        looks.found(true);
+        assert!(looks.due());
+        assert!(looks.due(), "a found frame allows the next look too");
+    }
+}
