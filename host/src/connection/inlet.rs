@@ -282,7 +282,7 @@ mod tests {
 
     use super::*;
     use crate::connection::recording::{
-        answering_wire, encoded, ready_sessions, runtime, Calls, Pipe, Piped,
+        answering_wire, encoded, ready_sessions, runtime, update_then_answer, Calls, Pipe, Piped,
     };
     use crate::connection::wire::now_or_never;
     use crate::connection::{read_frames, Core};
@@ -414,40 +414,22 @@ mod tests {
     /// the answer's frame to the reader, which delivers the update first.
     #[test]
     fn an_update_a_caller_takes_reaches_its_caller_before_the_answer_read_with_it() {
-        runtime().block_on(async {
-            let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
-            let streaming = Updates {
-                decode: crate::host::decode_update::<u64>,
-                sender,
-            };
-            let mut calls = Calls::<u64>::begin(vec![Some(streaming)]);
-            let id = calls.ids[0];
-            let held = Cost { bytes: 1, items: 1 };
-            let budget = UpdateBudget::new(held);
-            assert!(now_or_never(budget.take(held)).is_some());
+        update_then_answer(|calls, frames, budget| {
             let (receiver, pipe) = Piped::new();
-            let (inlet, reader) = calls.reader_over(receiver, Arc::clone(&budget));
-            let mut reader = std::pin::pin!(reader);
+            let (inlet, reader) = calls.reader_over(receiver, budget);
+            let mut reader = Box::pin(reader);
             assert!(now_or_never(reader.as_mut()).is_none());
-            calls.worker.reply_progress(id, encoded(1)).unwrap();
-            calls.worker.reply_return(id, encoded(2)).unwrap();
-            pipe_of(&pipe).frames = calls.written();
+            pipe_of(&pipe).frames = frames;
             inlet.look(&calls.live);
-            assert!(now_or_never(reader.as_mut()).is_none());
-            assert!(updates.try_recv().is_err(), "the update did not wait");
-            let early = now_or_never(&mut calls.answers[0]);
-            assert!(
-                early.is_none(),
-                "the answer reached the caller before the call's update: {early:?}"
+            assert_eq!(
+                pipe_of(&pipe).runtime_reads,
+                0,
+                "the reader read the frames"
             );
             // No look while the reader holds them.
             inlet.look(&calls.live);
             assert_eq!(pipe_of(&pipe).direct_reads, 1);
-            budget.give_back(held);
-            assert!(now_or_never(reader.as_mut()).is_none());
-            let update = updates.try_recv().expect("the update, once there is room");
-            assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
-            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
+            reader
         });
     }
 

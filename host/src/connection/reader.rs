@@ -393,7 +393,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::connection::recording::{encoded, runtime, AllReady, Calls};
+    use crate::connection::recording::{encoded, runtime, update_then_answer, AllReady, Calls};
     use crate::connection::wire::now_or_never;
     use crate::updates::Cost;
     use crate::LostReason;
@@ -468,38 +468,7 @@ mod tests {
     /// handed to the session until the update is with its caller.
     #[test]
     fn an_update_read_together_with_its_calls_answer_reaches_the_caller_first() {
-        runtime().block_on(async {
-            let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
-            let streaming = Updates {
-                decode: crate::host::decode_update::<u64>,
-                sender,
-            };
-            let mut calls = Calls::<u64>::begin(vec![Some(streaming)]);
-            let id = calls.ids[0];
-            calls.worker.reply_progress(id, encoded(1)).unwrap();
-            calls.worker.reply_return(id, encoded(2)).unwrap();
-            let frames = calls.written();
-            assert_eq!(frames.len(), 2);
-            // A budget held full: the update waits for room.
-            let held = Cost { bytes: 1, items: 1 };
-            let budget = UpdateBudget::new(held);
-            assert!(now_or_never(budget.take(held)).is_some());
-            let mut reader = std::pin::pin!(calls.reader(frames, Arc::clone(&budget)));
-            assert!(now_or_never(reader.as_mut()).is_none());
-            assert!(
-                updates.try_recv().is_err(),
-                "the update did not wait for room"
-            );
-            assert!(
-                now_or_never(&mut calls.answers[0]).is_none(),
-                "the answer reached the caller before the call's update"
-            );
-            budget.give_back(held);
-            assert!(now_or_never(reader.as_mut()).is_none());
-            let update = updates.try_recv().expect("the update, once there is room");
-            assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
-            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
-        });
+        update_then_answer(|calls, frames, budget| Box::pin(calls.reader(frames, budget)));
     }
 
     /// Frames the worker wrote together are taken into one turn only up to `TURN_FRAMES`

@@ -18,13 +18,14 @@ use tokio::sync::oneshot;
 
 use super::inlet::Inlet;
 use super::reader::{read_frames, take_turn, Received, Turned, ITEMS_IN_TURN};
+use super::wire::now_or_never;
 use super::wire::Wire;
 use super::{Core, Live, Party, ReaderTurn};
 use crate::host::decode_response;
 use crate::reply::{pair, Decoded, Reply};
 use crate::response::ResponseDecoding;
 use crate::supervisor::CallRequest;
-use crate::updates::{UpdateBudget, Updates};
+use crate::updates::{Cost, UpdateBudget, Updates};
 
 /// The frames of every write so far (each whole, as the worker would read it), one list per
 /// write.
@@ -362,4 +363,48 @@ pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
+}
+
+/// A reader, started and polled once, that may have had a caller take frames first.
+pub(super) type Started = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// A streaming call's update and its answer, written together while the updates' budget is
+/// held full: `start` is given the calls, the two frames and the budget, and starts the reader
+/// (a caller may take the frames before it). Checks that the update waits for room and that
+/// the answer reaches the caller only after it.
+pub(super) fn update_then_answer(
+    start: impl FnOnce(&mut Calls<u64>, VecDeque<Bytes>, Arc<UpdateBudget>) -> Started,
+) {
+    runtime().block_on(async {
+        let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let streaming = Updates {
+            decode: crate::host::decode_update::<u64>,
+            sender,
+        };
+        let mut calls = Calls::<u64>::begin(vec![Some(streaming)]);
+        let id = calls.ids[0];
+        calls.worker.reply_progress(id, encoded(1)).unwrap();
+        calls.worker.reply_return(id, encoded(2)).unwrap();
+        let frames = calls.written();
+        assert_eq!(frames.len(), 2);
+        let held = Cost { bytes: 1, items: 1 };
+        let budget = UpdateBudget::new(held);
+        assert!(now_or_never(budget.take(held)).is_some());
+        let mut reader = start(&mut calls, frames, Arc::clone(&budget));
+        assert!(now_or_never(reader.as_mut()).is_none());
+        assert!(
+            updates.try_recv().is_err(),
+            "the update did not wait for room"
+        );
+        let early = now_or_never(&mut calls.answers[0]);
+        assert!(
+            early.is_none(),
+            "the answer reached the caller before the call's update: {early:?}"
+        );
+        budget.give_back(held);
+        assert!(now_or_never(reader.as_mut()).is_none());
+        let update = updates.try_recv().expect("the update, once there is room");
+        assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
+        assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
+    });
 }
