@@ -121,7 +121,7 @@ impl<T: Send + 'static> Deliver for Cell<T> {
     fn decode(&self, body: &[u8], limits: &ResponseDecoding) -> Result<(), DecodeError> {
         // Decoded outside the lock: the caller may poll meanwhile.
         let decode = self.lock().decode;
-        let value = decode(body, limits)?;
+        let value = crate::response::unless_it_panics(|| decode(body, limits))?;
         let mut inner = self.lock();
         match std::mem::replace(&mut inner.state, State::Taken) {
             State::Waiting(waker) => inner.state = State::Held(value, waker),

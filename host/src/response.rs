@@ -69,3 +69,17 @@ impl ResponseDecoding {
         }
     }
 }
+
+/// Runs `decode`, a decode of the worker's bytes into a caller's type, taking a panic in that
+/// type's `Deserialize` as a response that does not decode: the worker chose the bytes, so its
+/// worker is cut off as a liar, and the panic never reaches the task or caller that took the
+/// reader's turn (a caller's look takes it in the caller's own call).
+pub(crate) fn unless_it_panics<T>(
+    decode: impl FnOnce() -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|_| {
+        Err(serde::de::Error::custom(
+            "its Deserialize panicked on the worker's bytes",
+        ))
+    })
+}

@@ -242,6 +242,20 @@ pub fn session_of(pid: u32) -> Option<u32> {
     stat_fields(pid)?.get(3)?.parse().ok()
 }
 
+/// Pins the calling thread, and so the workers it spawns from now on, to the first CPU it may
+/// run on: a worker then shares its host's CPU, and the kernel usually runs it as the host's
+/// write wakes it (as `taskset -c 0` does for a whole benchmark).
+pub fn pin_to_one_cpu() {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let allowed = sched_getaffinity(None).expect("the thread's affinity");
+    let cpu = (0..CpuSet::MAX_CPU)
+        .find(|&cpu| allowed.is_set(cpu))
+        .expect("a CPU the thread may run on");
+    let mut one = CpuSet::new();
+    one.set(cpu);
+    sched_setaffinity(None, &one).expect("pinning the thread");
+}
+
 /// An instant `ms` milliseconds from now: a short call deadline.
 pub fn soon(ms: u64) -> std::time::Instant {
     std::time::Instant::now() + std::time::Duration::from_millis(ms)

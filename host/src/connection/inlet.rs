@@ -42,7 +42,8 @@ pub(super) struct State {
     pub(super) receiver: Box<dyn FrameReceiver>,
     /// Frames taken but not yet handed to the session (a turn ends early after some frames).
     pub(super) taken: VecDeque<Received>,
-    /// Responses decoded in a turn, kept here between turns so their room is reused.
+    /// Room for the responses a turn decodes, kept between turns (empty then) so it is
+    /// reused; the turn itself holds them ([`State::turn`]).
     decoded: Vec<Decoded>,
     /// Updates a caller's turn brought, for the reader to deliver before anything more of the
     /// worker's is taken.
@@ -82,9 +83,9 @@ impl Inlet {
         }
     }
 
-    /// The state. A thread that panicked while holding it (a response type's `Deserialize`
-    /// panicked in a turn) may have left it half done: the reader's work ends then, as it
-    /// did when only the reader task took turns.
+    /// The state. A thread that panicked while holding it may have left it half done: the
+    /// reader's work ends then. (A response type's `Deserialize` that panics on the worker's
+    /// bytes does not get here: that is a lie, `response::unless_it_panics`.)
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| {
             let mut state = poisoned.into_inner();
@@ -201,6 +202,10 @@ impl State {
         live: &Live,
         by: Party,
     ) -> Option<(bool, Vec<(Updates, Bytes)>)> {
+        // The responses the turn decodes are held here, not in the shared state, until they
+        // are published: should the turn panic, they are dropped with it and their callers
+        // answered `Shutdown`, never left in an inlet nobody takes turns on again.
+        let mut decoded = std::mem::take(&mut self.decoded);
         let turned = {
             let mut guard = live.lock();
             // Only this worker's own core: once it is put down, its frames and its end of
@@ -208,7 +213,7 @@ impl State {
             let core = guard
                 .as_mut()
                 .filter(|core| core.generation == inlet.generation)?;
-            take_turn(core, &mut self.taken, &inlet.in_turn, &mut self.decoded)
+            take_turn(core, &mut self.taken, &inlet.in_turn, &mut decoded)
         };
         let Turned {
             mut settled,
@@ -219,10 +224,12 @@ impl State {
         let turn = ReaderTurn {
             limits: &inlet.limits,
             generation: inlet.generation,
-            decoded: &mut self.decoded,
+            decoded: &mut decoded,
             at,
         };
         let lied = settled.finish(live, by, Some(turn));
+        // Empty again: its room is kept for the next turn.
+        self.decoded = decoded;
         Some((lied || last, updates))
     }
 }
@@ -276,19 +283,15 @@ impl LookPolicy {
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
 
     use bytes::Bytes;
 
     use super::*;
+    use crate::connection::read_frames;
     use crate::connection::recording::{
-        answering_wire, encoded, ready_sessions, runtime, update_then_answer, Calls, Pipe, Piped,
+        encoded, runtime, update_then_answer, AnsweringWorker, Calls, Pipe, Piped,
     };
     use crate::connection::wire::now_or_never;
-    use crate::connection::{read_frames, Core};
-    use crate::host::decode_response;
-    use crate::reply::pair;
-    use crate::supervisor::CallRequest;
     use crate::updates::{Cost, UpdateBudget};
     use crate::{CallError, LostReason};
 
@@ -326,48 +329,41 @@ mod tests {
     #[test]
     fn a_caller_that_writes_alone_to_a_worker_that_answers_at_once_has_its_answer_on_return() {
         runtime().block_on(async {
-            let live = Arc::new(Live::new(None));
-            let (host, worker) = ready_sessions();
-            let (receiver, pipe) = Piped::new();
-            let wire = answering_wire(Arc::new(Mutex::new(worker)), Arc::clone(&pipe));
-            let inlet = Arc::new(Inlet::new(receiver, 1, ResponseDecoding::for_tests()));
-            let mut core = Core::new(1, host, wire);
-            core.accepting = true;
-            core.inlet = Some(Arc::clone(&inlet));
-            *live.lock() = Some(core);
-            let (raise, raised) = tokio::sync::oneshot::channel();
-            drop(raise);
-            let budget = UpdateBudget::new(Cost::default());
-            let reader = read_frames(Arc::clone(&inlet), Arc::clone(&live), raised, budget);
-            let mut reader = std::pin::pin!(reader);
-            assert!(now_or_never(reader.as_mut()).is_none());
+            let worker = AnsweringWorker::new(true);
             for key in 0..3u64 {
-                let (mut answer, reply) = pair(decode_response::<u64>);
-                let call = CallRequest {
-                    key,
-                    method: "echo".into(),
-                    body: encoded(key + 10).into(),
-                    deadline: Instant::now() + Duration::from_secs(60),
-                    reply,
-                    updates: None,
-                };
-                assert!(live.try_begin(call, Party::Caller).is_ok());
+                let mut answer = worker.call::<u64>(key, key + 10, Party::Caller);
                 assert_eq!(now_or_never(&mut answer), Some(Ok(key + 10)));
             }
-            assert_eq!(pipe_of(&pipe).runtime_reads, 0, "the reader read an answer");
+            assert_eq!(
+                pipe_of(&worker.pipe).runtime_reads,
+                0,
+                "the reader read one"
+            );
             // A call begun by the supervisor (one that waited for the worker) never looks.
-            let (mut answer, reply) = pair(decode_response::<u64>);
-            let call = CallRequest {
-                key: 3,
-                method: "echo".into(),
-                body: encoded(1).into(),
-                deadline: Instant::now() + Duration::from_secs(60),
-                reply,
-                updates: None,
-            };
-            assert!(live.try_begin(call, Party::Supervisor).is_ok());
+            let mut answer = worker.call::<u64>(3, 1, Party::Supervisor);
             assert!(now_or_never(&mut answer).is_none());
-            assert_eq!(pipe_of(&pipe).direct_reads, 3);
+            assert_eq!(pipe_of(&worker.pipe).direct_reads, 3);
+        });
+    }
+
+    /// A caller never looks where it may not write its own frame: a worker whose confinement
+    /// is not verified to deny `userfaultfd` could hold its pipe's lock inside the kernel with
+    /// a stalled write, and a read of that pipe, non-blocking or not, would wait for the lock.
+    /// Its answers are the reader's.
+    #[test]
+    fn a_caller_never_looks_where_it_may_not_write_its_own_frame() {
+        runtime().block_on(async {
+            let mut worker = AnsweringWorker::new(false);
+            let mut answer = worker.call::<u64>(0, 5, Party::Caller);
+            assert!(now_or_never(&mut answer).is_none());
+            // The writer task writes the frame, and the reader takes the answer.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            let _ = now_or_never(worker.reader.as_mut());
+            assert_eq!(now_or_never(&mut answer), Some(Ok(5)));
+            assert_eq!(pipe_of(&worker.pipe).direct_reads, 0, "a caller looked");
+            assert_eq!(pipe_of(&worker.pipe).runtime_reads, 1);
         });
     }
 
@@ -430,6 +426,87 @@ mod tests {
             inlet.look(&calls.live);
             assert_eq!(pipe_of(&pipe).direct_reads, 1);
             reader
+        });
+    }
+
+    thread_local! {
+        /// Whether a `Touchy` was given 666 to decode on this thread.
+        static TOUCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A response type whose `Deserialize` panics on one value, which the worker chooses.
+    #[derive(Debug, PartialEq)]
+    struct Touchy(u64);
+
+    impl<'de> serde::Deserialize<'de> for Touchy {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let value = <u64 as serde::Deserialize>::deserialize(deserializer)?;
+            if value == 666 {
+                TOUCHED.with(|touched| touched.set(true));
+                panic!("Touchy panics on 666");
+            }
+            Ok(Self(value))
+        }
+    }
+
+    /// A worker's answer that makes the caller's response type panic, taken by the caller's
+    /// own look, is a lie: the worker is cut off, nothing unwinds through the caller's
+    /// `try_begin`, and the caller hears `Decode` once the worker is reaped.
+    #[test]
+    fn an_answer_that_makes_the_response_type_panic_in_a_look_is_a_lie() {
+        runtime().block_on(async {
+            let mut worker = AnsweringWorker::new(true);
+            let mut answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                worker.call::<Touchy>(0, 666, Party::Caller)
+            }))
+            .expect("the response type's panic unwound through try_begin");
+            assert!(
+                TOUCHED.with(std::cell::Cell::get),
+                "the worker's bytes never reached the response type: the attack is not live"
+            );
+            assert_eq!(pipe_of(&worker.pipe).runtime_reads, 0, "the reader took it");
+            assert!(worker.live.lock().as_ref().unwrap().session.is_closed());
+            assert!(
+                now_or_never(worker.reader.as_mut()).is_some(),
+                "the reader went on"
+            );
+            if let Some(core) = worker.live.lock().as_mut() {
+                core.link.fail_all(&LostReason::HandshakeTimeout);
+            }
+            let heard = now_or_never(&mut answer);
+            assert!(
+                matches!(heard, Some(Err(CallError::Decode(_)))),
+                "{heard:?}"
+            );
+        });
+    }
+
+    /// An answer decoded in a turn and held until the turn ends reaches its caller when a
+    /// later answer of the same read makes its response type panic (the liar is cut off after
+    /// it, as after any answer that came before a lie).
+    #[test]
+    fn an_answer_held_in_a_turn_reaches_its_caller_when_a_later_one_makes_its_type_panic() {
+        runtime().block_on(async {
+            let mut calls = Calls::<Touchy>::begin(vec![None, None]);
+            calls.answer(vec![encoded(7), encoded(666)]);
+            let (receiver, pipe) = Piped::new();
+            let (inlet, reader) = calls.reader_over(receiver, UpdateBudget::new(Cost::default()));
+            calls.live.lock().as_mut().unwrap().inlet = Some(Arc::clone(&inlet));
+            let mut reader = std::pin::pin!(reader);
+            assert!(now_or_never(reader.as_mut()).is_none());
+            pipe_of(&pipe).frames = calls.written();
+            inlet.look(&calls.live);
+            assert!(TOUCHED.with(std::cell::Cell::get), "the attack is not live");
+            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(Touchy(7))));
+            assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
+            if let Some(core) = calls.live.lock().as_mut() {
+                core.link.fail_all(&LostReason::HandshakeTimeout);
+            }
+            let second = now_or_never(&mut calls.answers[1]);
+            assert!(
+                matches!(second, Some(Err(CallError::Decode(_)))),
+                "{second:?}"
+            );
         });
     }
 

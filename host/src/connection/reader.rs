@@ -124,7 +124,7 @@ async fn deliver_updates(
     budget: &Arc<UpdateBudget>,
 ) -> bool {
     for (updates, body) in updates {
-        match (updates.decode)(&body, limits) {
+        match crate::response::unless_it_panics(|| (updates.decode)(&body, limits)) {
             Ok((update, cost)) => {
                 // A caller that has stopped listening takes no more updates: its update is
                 // dropped at once, never waiting for room it would not use. (`take` changes

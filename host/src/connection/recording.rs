@@ -345,14 +345,66 @@ impl FrameSender for Answering {
     }
 }
 
-/// A wire (callers may write directly) to `worker`, which answers every call as it is
-/// written, into `pipe` ([`Answering`]). Must be made inside a runtime, as every `Wire`.
-pub(super) fn answering_wire(
-    worker: Arc<Mutex<WorkerSession>>,
-    pipe: Arc<Mutex<Pipe>>,
-) -> Arc<Wire> {
-    let outgoing = Outgoing::new(Box::new(Answering { worker, pipe }));
-    Arc::new(Wire::new(outgoing, true))
+/// A connected worker that answers every call as it is written, into a [`Piped`] receiver's
+/// pipe ([`Answering`]), and the host's side of it: the connection state, the writer task, and
+/// the inlet's reader, started and polled once (so it waits, open to callers' looks). `direct`: whether
+/// callers may write their own frames (a worker whose confinement is verified), and so look.
+/// Inside a runtime.
+pub(super) struct AnsweringWorker {
+    pub(super) live: Arc<Live>,
+    pub(super) pipe: Arc<Mutex<Pipe>>,
+    pub(super) reader: Started,
+}
+
+impl AnsweringWorker {
+    pub(super) fn new(direct: bool) -> Self {
+        let live = Arc::new(Live::new(None));
+        let (host, worker) = ready_sessions();
+        let (receiver, pipe) = Piped::new();
+        let worker = Arc::new(Mutex::new(worker));
+        let answering = Answering {
+            worker,
+            pipe: Arc::clone(&pipe),
+        };
+        let wire = Arc::new(Wire::new(Outgoing::new(Box::new(answering)), direct));
+        tokio::spawn(super::drive_writes(Arc::clone(&wire), Arc::clone(&live)));
+        let inlet = Arc::new(Inlet::new(receiver, 1, ResponseDecoding::for_tests()));
+        let mut core = Core::new(1, host, wire);
+        core.accepting = true;
+        core.inlet = Some(Arc::clone(&inlet));
+        *live.lock() = Some(core);
+        let (raise, raised) = oneshot::channel();
+        drop(raise);
+        let budget = UpdateBudget::new(Cost::default());
+        let mut reader: Started = Box::pin(read_frames(
+            Arc::clone(&inlet),
+            Arc::clone(&live),
+            raised,
+            budget,
+        ));
+        assert!(now_or_never(reader.as_mut()).is_none());
+        Self { live, pipe, reader }
+    }
+
+    /// Begins an `echo` of `value` as `by` does, answered as a `T`.
+    pub(super) fn call<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        key: u64,
+        value: u64,
+        by: Party,
+    ) -> Reply<T> {
+        let (answer, reply) = pair(decode_response::<T>);
+        let call = CallRequest {
+            key,
+            method: "echo".into(),
+            body: encoded(value).into(),
+            deadline: Instant::now() + Duration::from_secs(60),
+            reply,
+            updates: None,
+        };
+        assert!(self.live.try_begin(call, by).is_ok());
+        answer
+    }
 }
 
 pub(super) fn encoded(value: u64) -> Bytes {
