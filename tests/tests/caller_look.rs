@@ -208,3 +208,91 @@ fn answers_of_every_size_over_every_transport_arrive_whole() {
         }
     });
 }
+
+/// What the next call after a rogue's attempt to hold its output pipe's lock hears, on a
+/// current-thread runtime, unconfined or under the default confinement (`confined`); and what
+/// the rogue marked (`armed` just before
+/// a splice that holds the lock, or why it could not make one). Run on a thread of its own and
+/// given up after 20 s: a host stuck in the kernel never returns.
+fn next_call_after_a_pipe_lock_hold(
+    confined: bool,
+) -> Option<(Result<u64, airlock_host::CallError>, String)> {
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        pin_to_one_cpu();
+        let dir = airlock_tests::e2e::ScratchDir::new("pipe-lock");
+        let mark = dir.join("mark");
+        let heard = current_thread().block_on(async {
+            let builder = if confined {
+                airlock_tests::e2e::rogue_host_in(&dir)
+            } else {
+                Host::builder(rogue_bin()).confinement(airlock_host::Confinement::none())
+            };
+            let host = builder
+                .arg("hold_output_pipe_lock")
+                .env("ROGUE_MARK", &mark)
+                .restart_policy(fast_restarts(0))
+                .spawn()
+                .await
+                .expect("the rogue completes its handshake");
+            assert_eq!(
+                host.call_with_deadline::<U64Echo>(&1, soon(5000)).await,
+                Ok(1)
+            );
+            airlock_tests::e2e::wait_until(
+                "the rogue's mark",
+                std::time::Duration::from_secs(5),
+                || std::fs::metadata(&mark).is_ok(),
+            )
+            .await;
+            let marked = std::fs::read_to_string(&mark).unwrap_or_default();
+            if marked == "armed" {
+                // The attack is live only if the splice really sleeps, holding the lock.
+                let pid = host.worker_pid().expect("a worker process");
+                airlock_tests::e2e::wait_until(
+                    "the rogue's splice to sleep on its socket",
+                    std::time::Duration::from_secs(5),
+                    || {
+                        std::fs::read_dir(format!("/proc/{pid}/task"))
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|task| {
+                                std::fs::read_to_string(task.path().join("wchan"))
+                                    .is_ok_and(|wchan| wchan.contains("unix_stream_read"))
+                            })
+                    },
+                )
+                .await;
+            }
+            let next = host.call_with_deadline::<U64Echo>(&2, soon(1500)).await;
+            host.shutdown().await;
+            (next, marked)
+        });
+        let _ = done.send(heard);
+    });
+    outcome
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .ok()
+}
+
+/// A worker that holds its output pipe's lock in the kernel (a `splice` from an empty socket
+/// into the pipe) would put a caller's look to sleep on the lock and, on a current-thread
+/// runtime, the supervisor with it, for good. Unconfined the hold is live (callers do not
+/// look there, so the next call meets its deadline); under the default confinement the
+/// filter refuses the splice, and the next call, which a look may take, is answered.
+#[test]
+fn a_worker_cannot_hold_its_output_pipes_lock_against_a_callers_look() {
+    let live = next_call_after_a_pipe_lock_hold(false)
+        .expect("an unconfined host hung behind the pipe's lock");
+    assert_eq!(live.1, "armed", "the attack is not live: {}", live.1);
+    assert_eq!(live.0, Err(airlock_host::CallError::Timeout));
+    let refused = next_call_after_a_pipe_lock_hold(true)
+        .expect("a confined host hung behind the pipe's lock");
+    assert!(
+        refused.1.starts_with("no hold: splice"),
+        "the rogue made its splice: {}",
+        refused.1
+    );
+    assert_eq!(refused.0, Ok(2));
+}

@@ -168,6 +168,13 @@ async fn dangerous_calls_are_refused_by_the_hosts_own_filter() {
     // Without the worker's own filter (which refuses the fork first): the host's denylist
     // refuses `unshare` in the forked child.
     live_then_refused(Confinement::strict(), false, "unshare_user", "").await;
+    // The calls that hold a pipe's lock while they wait: a worker making one could put the
+    // host's next read or write of its channel to sleep in the kernel. Each works unconfined.
+    assert_eq!(
+        attempt(Confinement::none(), true, "pipe_lock_calls", "").await,
+        Ok("splice tee vmsplice".to_string())
+    );
+    live_then_refused(Confinement::strict(), false, "pipe_lock_calls", "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,9 +6,11 @@
 //! `process_vm_readv/writev`, `pidfd_getfd`), leaving or rebuilding the sandbox (`unshare`,
 //! `setns`, `clone` with a namespace flag, every mount call, `chroot`), kernel attack surface
 //! (`bpf`, `perf_event_open`, `userfaultfd`, io_uring, keyrings, `kexec`, modules), and
-//! machine-wide state (clock, swap, reboot, accounting, quotas). Each gets `EPERM`. `clone3`
-//! gets `ENOSYS` in a filter of its own: its flags live in memory a filter cannot read, and
-//! glibc falls back to `clone`, whose flags the first filter checks.
+//! machine-wide state (clock, swap, reboot, accounting, quotas). Each gets `EPERM`. A second
+//! filter answers `ENOSYS`, so that programs fall back to what they would use where the call
+//! does not exist: `clone3`, whose flags live in memory a filter cannot read (glibc falls back
+//! to `clone`, whose flags the first filter checks), and `splice`, `tee` and `vmsplice`
+//! ([`PIPE_LOCK_HOLDERS`]: Rust's `io::copy` falls back to `read` and `write`).
 //!
 //! Installed last before `exec`, after every step that needs a listed call (the mounts).
 //! The worker library later adds its own allowlist on top (`airlock_worker::confine`).
@@ -76,6 +78,16 @@ const DENIED: &[i64] = &[
     libc::SYS_vhangup,
     libc::SYS_personality,
 ];
+
+/// Calls that move data into or out of a pipe holding the pipe's lock while they wait: a
+/// `splice` from an empty socket into the worker's output pipe, or from its input pipe into a
+/// full socket, sleeps with that pipe's lock held for as long as the worker likes, and any
+/// `read(2)` or `write(2)` of the pipe's other end, non-blocking or not, sleeps on the lock
+/// with it. The host reads and writes a confined worker's pipes on its callers' threads (a
+/// caller writes its own frame and looks for its own answer), so no worker under the host's
+/// filter may make them. Answered `ENOSYS`: a program that tries them falls back to plain
+/// copies.
+const PIPE_LOCK_HOLDERS: [i64; 3] = [libc::SYS_splice, libc::SYS_tee, libc::SYS_vmsplice];
 
 /// Namespace flags `clone` must not carry.
 const NAMESPACE_FLAGS: [i32; 7] = [
@@ -318,11 +330,15 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
         SeccompAction::Errno(libc::EPERM as u32),
     )
     .map_err(unsupported)?;
-    let clone3 = compile(
-        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+    let absent = std::iter::once(libc::SYS_clone3)
+        .chain(PIPE_LOCK_HOLDERS)
+        .map(|nr| (nr, Vec::new()))
+        .collect();
+    let absent = compile(
+        absent,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
     )
     .map_err(unsupported)?;
-    Ok(vec![deny, clone3])
+    Ok(vec![deny, absent])
 }

@@ -346,10 +346,10 @@ mod tests {
         });
     }
 
-    /// A caller never looks where it may not write its own frame: a worker whose confinement
-    /// is not verified to deny `userfaultfd` could hold its pipe's lock inside the kernel with
-    /// a stalled write, and a read of that pipe, non-blocking or not, would wait for the lock.
-    /// Its answers are the reader's.
+    /// A caller never looks where it may not write its own frame: a worker whose filter is not
+    /// verified could hold its pipe's lock inside the kernel (`splice`, `userfaultfd`), and a
+    /// read of that pipe, non-blocking or not, would wait for the lock. Its answers are the
+    /// reader's.
     #[test]
     fn a_caller_never_looks_where_it_may_not_write_its_own_frame() {
         runtime().block_on(async {

@@ -20,9 +20,10 @@ use super::Live;
 /// once, or frames queued meanwhile, go to the writer task ([`drive_writes`]), which keeps the
 /// send deadline. A failed write may have stopped inside a frame: nothing is written after it.
 pub(crate) struct Wire {
-    /// Whether callers and the reader may write themselves. Only when the worker cannot make a
-    /// write sleep inside the kernel (its confinement denies `userfaultfd`): otherwise every
-    /// write goes through the writer task, so that a caller can always give up its call.
+    /// Whether callers and the reader may write themselves. Only when the worker cannot hold
+    /// its pipes' locks inside the kernel (its verified filter denies `userfaultfd`, `splice`,
+    /// `tee` and `vmsplice`): otherwise every write goes through the writer task, so that a
+    /// caller can always give up its call.
     pub(super) direct: bool,
     /// The host's runtime: a write that has to wait arms its send deadline on this runtime's
     /// timer, whichever runtime the caller that began it runs on.

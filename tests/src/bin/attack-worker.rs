@@ -130,6 +130,17 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
                 Ok("userfaultfd".into())
             }
         }
+        "pipe_lock_calls" => {
+            // The calls that can hold a pipe's lock while they wait (`splice`, `tee`,
+            // `vmsplice`), each made once without waiting: available if the kernel ran it (it
+            // found nothing to move, or moved a byte), refused if the filter answered first.
+            let available = pipe_lock_calls::available();
+            if available.is_empty() {
+                Err(refused("splice, tee and vmsplice", errno()))
+            } else {
+                Ok(available.join(" "))
+            }
+        }
         "unshare_user" => {
             // A new user namespace needs a single-threaded caller: a forked child tries.
             // SAFETY: the child makes one system call and exits with its result.
@@ -564,5 +575,50 @@ fn main() -> std::process::ExitCode {
             eprintln!("attack-worker: {err}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Probes of the calls that hold a pipe's lock while they wait, none of which waits here.
+#[allow(unsafe_code)]
+mod pipe_lock_calls {
+    /// Which of `splice`, `tee` and `vmsplice` the kernel ran.
+    pub(super) fn available() -> Vec<&'static str> {
+        let mut sockets = [0 as libc::c_int; 2];
+        let mut pipe = [0 as libc::c_int; 2];
+        let mut other = [0 as libc::c_int; 2];
+        // SAFETY: plain system calls on local arrays; the descriptors are this test process's.
+        let made = unsafe {
+            libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sockets.as_mut_ptr()) == 0
+                && libc::pipe2(pipe.as_mut_ptr(), libc::O_NONBLOCK) == 0
+                && libc::pipe2(other.as_mut_ptr(), libc::O_NONBLOCK) == 0
+        };
+        if !made {
+            return Vec::new();
+        }
+        let ran = |rc: isize| {
+            rc >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+        };
+        let flags = libc::SPLICE_F_NONBLOCK;
+        let byte = [7u8];
+        let iov = libc::iovec {
+            iov_base: byte.as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let null = std::ptr::null_mut();
+        let mut available = Vec::new();
+        // SAFETY: each call reads or writes at most one byte of `byte` or moves data between
+        // the descriptors made above; none of them waits (`SPLICE_F_NONBLOCK`).
+        unsafe {
+            if ran(libc::splice(sockets[0], null, pipe[1], null, 1, flags)) {
+                available.push("splice");
+            }
+            if ran(libc::tee(pipe[0], other[1], 1, flags)) {
+                available.push("tee");
+            }
+            if ran(libc::vmsplice(pipe[1], &iov, 1, flags)) {
+                available.push("vmsplice");
+            }
+        }
+        available
     }
 }

@@ -689,6 +689,15 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             rogue.answer(call);
         }
         "never_read" => sleep_forever(),
+        "hold_output_pipe_lock" => {
+            // Answers this call, then tries to hold its output pipe's lock inside the kernel
+            // without `userfaultfd`: a `splice` from an empty, blocking Unix stream socket into
+            // the pipe sleeps waiting for the socket with the pipe's lock held, so any `read(2)`
+            // of the pipe's other end, non-blocking or not, sleeps with it. Marks `armed` just
+            // before that splice, or why it cannot make one; serves honestly after.
+            rogue.answer(call);
+            std::thread::spawn(pipe_lock::hold_output);
+        }
         "stall_read_in_kernel" => {
             // The host's next bytes are read into a page whose fault nobody serves: the
             // `read(2)` sleeps inside the kernel holding the pipe's lock, and every `write(2)`
@@ -1018,4 +1027,32 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// A `splice` that never ends, into fd 1 (the channel's output pipe), holding its lock.
+#[allow(unsafe_code)]
+mod pipe_lock {
+    use super::mark_with;
+
+    pub(super) fn hold_output() {
+        let mut pair = [0 as libc::c_int; 2];
+        let null = std::ptr::null_mut();
+        // SAFETY: plain system calls on a local array and descriptors this function owns.
+        unsafe {
+            if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) != 0 {
+                let err = std::io::Error::last_os_error();
+                return mark_with(format!("no hold: socketpair: {err}").as_bytes());
+            }
+            // A first splice that does not wait says whether the filter allows them at all.
+            if libc::splice(pair[0], null, 1, null, 1, libc::SPLICE_F_NONBLOCK) < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::EAGAIN) {
+                    return mark_with(format!("no hold: splice: {err}").as_bytes());
+                }
+            }
+            mark_with(b"armed");
+            // Nobody ever writes to the other end: this sleeps until the process dies.
+            libc::splice(pair[0], null, 1, null, 1, 0);
+        }
+    }
 }
