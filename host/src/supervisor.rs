@@ -368,11 +368,7 @@ impl Supervisor {
             session.handle_frame(hello);
         }
         let live = Arc::clone(&self.live);
-        // Callers write their own frames, and look for their answers, only on the pipes of a
-        // worker that cannot hold a pipe's lock inside the kernel: the host's seccomp filter,
-        // verified on it, denies `userfaultfd` (a read into a page whose fault nobody serves)
-        // and answers `splice`, `tee` and `vmsplice` `ENOSYS`.
-        let direct_writes = confinement.seccomp_filters > 0;
+        let direct_writes = crate::confinement::runs_the_hosts_filter(&confinement);
         // Large request bodies go back to be encoded into again once written.
         let mut outgoing = Outgoing::new(sender);
         outgoing.recycle_written_bodies();

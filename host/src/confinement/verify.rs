@@ -142,6 +142,21 @@ pub(crate) fn verify_spawned(
 
 /// After the worker's `Hello`: records whether it installed its own allowlist, and refuses
 /// it if the policy requires one and it did not.
+/// Whether the worker runs under the host's own seccomp filter, as verified at its spawn: the
+/// policy installed it (not `none()`, nor a `best_effort()` that went without it) and the
+/// worker carries at least its filters. Filters the host itself runs under (a container's)
+/// count for nothing here: they may allow what the host's denies.
+///
+/// Callers write their own frames, and look for their answers, only on the pipes of such a
+/// worker: it cannot hold a pipe's lock inside the kernel, as the filter denies `userfaultfd`
+/// (a read into a page whose fault nobody serves) and answers `splice`, `tee` and `vmsplice`
+/// `ENOSYS`. Any other worker's pipes are written by the writer task alone.
+pub(crate) fn runs_the_hosts_filter(report: &ConfinementReport) -> bool {
+    report.mode != super::ConfinementMode::None
+        && !report.missing.contains(&super::Feature::Seccomp)
+        && report.seccomp_filters >= super::seccomp::HOST_FILTERS
+}
+
 pub(crate) fn verify_worker_filter(
     report: &mut ConfinementReport,
     required: bool,
@@ -164,4 +179,40 @@ pub(crate) fn verify_worker_filter(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confinement::{ConfinementMode, Feature};
+
+    fn report(mode: ConfinementMode, filters: u32, missing: Vec<Feature>) -> ConfinementReport {
+        ConfinementReport {
+            mode,
+            seccomp_filters: filters,
+            missing,
+            ..ConfinementReport::unconfined(2, 65534)
+        }
+    }
+
+    /// Only a worker the host's own filter was installed on, and verified on, has its pipes
+    /// read and written by callers: filters it inherited (the host's container's) say nothing
+    /// of `splice` or `userfaultfd`.
+    #[test]
+    fn only_a_worker_under_the_hosts_own_filter_has_its_pipes_used_by_callers() {
+        let host = crate::confinement::seccomp::HOST_FILTERS;
+        let strict = ConfinementMode::Strict;
+        assert!(runs_the_hosts_filter(&report(strict, host, Vec::new())));
+        assert!(runs_the_hosts_filter(&report(strict, host + 1, Vec::new())));
+        // Unconfined, or best effort without the filter, under a container's filters.
+        let none = report(ConfinementMode::None, host + 1, Vec::new());
+        assert!(!runs_the_hosts_filter(&none));
+        let without = report(strict, host + 1, vec![Feature::Seccomp]);
+        assert!(!runs_the_hosts_filter(&without));
+        assert!(!runs_the_hosts_filter(&report(
+            strict,
+            host - 1,
+            Vec::new()
+        )));
+    }
 }
