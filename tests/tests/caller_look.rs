@@ -209,20 +209,32 @@ fn answers_of_every_size_over_every_transport_arrive_whole() {
     });
 }
 
-/// What the next call after a rogue's attempt to hold its output pipe's lock hears, on a
-/// current-thread runtime, unconfined or under the default confinement (`confined`); and what
-/// the rogue marked (`armed` just before
-/// a splice that holds the lock, or why it could not make one). Run on a thread of its own and
-/// given up after 20 s: a host stuck in the kernel never returns.
+/// What the next call after a rogue's attempt to hold its output pipe's lock hears, and what
+/// the rogue marked (`armed` just before a splice that holds the lock, or why it could not
+/// make one). Under the default confinement (`confined`) on a current-thread runtime, the
+/// host's thread pinned to one CPU, so that the caller looks; unconfined on a multi-thread
+/// one, where SECURITY.md says to run unconfined workers (there the reader itself may meet
+/// the held lock, and only the supervisor on another thread ends the wait). Run on a thread
+/// of its own and given up after 20 s: a host stuck in the kernel never returns.
+
 fn next_call_after_a_pipe_lock_hold(
     confined: bool,
 ) -> Option<(Result<u64, airlock_host::CallError>, String)> {
     let (done, outcome) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        pin_to_one_cpu();
+    let thread = std::thread::spawn(move || {
+        let runtime = if confined {
+            pin_to_one_cpu();
+            current_thread()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
         let dir = airlock_tests::e2e::ScratchDir::new("pipe-lock");
         let mark = dir.join("mark");
-        let heard = current_thread().block_on(async {
+        let heard = runtime.block_on(async {
             let builder = if confined {
                 airlock_tests::e2e::rogue_host_in(&dir)
             } else {
@@ -271,16 +283,22 @@ fn next_call_after_a_pipe_lock_hold(
         });
         let _ = done.send(heard);
     });
-    outcome
-        .recv_timeout(std::time::Duration::from_secs(20))
-        .ok()
+    match outcome.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(heard) => Some(heard),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        // The thread panicked (an assertion of its own): its panic is the test's.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread ended without its outcome"),
+        },
+    }
 }
 
 /// A worker that holds its output pipe's lock in the kernel (a `splice` from an empty socket
 /// into the pipe) would put a caller's look to sleep on the lock and, on a current-thread
-/// runtime, the supervisor with it, for good. Unconfined the hold is live (callers do not
-/// look there, so the next call meets its deadline); under the default confinement the
-/// filter refuses the splice, and the next call, which a look may take, is answered.
+/// runtime, the supervisor with it, for good. Unconfined the hold is live (the worker's answer
+/// cannot be written, and the next call meets its deadline); under the default confinement
+/// the filter refuses the splice, and the next call, which a look may take, is answered.
 #[test]
 fn a_worker_cannot_hold_its_output_pipes_lock_against_a_callers_look() {
     let live = next_call_after_a_pipe_lock_hold(false)
