@@ -216,7 +216,6 @@ fn answers_of_every_size_over_every_transport_arrive_whole() {
 /// one, where SECURITY.md says to run unconfined workers (there the reader itself may meet
 /// the held lock, and only the supervisor on another thread ends the wait). Run on a thread
 /// of its own and given up after 20 s: a host stuck in the kernel never returns.
-
 fn next_call_after_a_pipe_lock_hold(
     confined: bool,
 ) -> Option<(Result<u64, airlock_host::CallError>, String)> {
