@@ -172,7 +172,7 @@ async fn dangerous_calls_are_refused_by_the_hosts_own_filter() {
     // host's next read or write of its channel to sleep in the kernel. Each works unconfined.
     assert_eq!(
         attempt(Confinement::none(), true, "pipe_lock_calls", "").await,
-        Ok("splice tee vmsplice".to_string())
+        Ok("splice tee vmsplice sendfile".to_string())
     );
     live_then_refused(Confinement::strict(), false, "pipe_lock_calls", "").await;
 }

@@ -9,8 +9,9 @@
 //! machine-wide state (clock, swap, reboot, accounting, quotas). Each gets `EPERM`. A second
 //! filter answers `ENOSYS`, so that programs fall back to what they would use where the call
 //! does not exist: `clone3`, whose flags live in memory a filter cannot read (glibc falls back
-//! to `clone`, whose flags the first filter checks), and `splice`, `tee` and `vmsplice`
-//! ([`PIPE_LOCK_HOLDERS`]: Rust's `io::copy` falls back to `read` and `write`).
+//! to `clone`, whose flags the first filter checks), and `splice`, `tee`, `vmsplice` and
+//! `sendfile` ([`PIPE_LOCK_HOLDERS`]: Rust's `io::copy` and Python's `shutil` fall back to
+//! `read` and `write`).
 //!
 //! Installed last before `exec`, after every step that needs a listed call (the mounts).
 //! The worker library later adds its own allowlist on top (`airlock_worker::confine`).
@@ -81,13 +82,19 @@ const DENIED: &[i64] = &[
 
 /// Calls that move data into or out of a pipe holding the pipe's lock while they wait: a
 /// `splice` from an empty socket into the worker's output pipe, or from its input pipe into a
-/// full socket, sleeps with that pipe's lock held for as long as the worker likes, and any
+/// full socket, or a `sendfile` from an empty socket into the output pipe, sleeps with that
+/// pipe's lock held for as long as the worker likes, and any
 /// `read(2)` or `write(2)` of the pipe's other end, non-blocking or not, sleeps on the lock
 /// with it. The host reads and writes a confined worker's pipes on its callers' threads (a
 /// caller writes its own frame and looks for its own answer), so no worker under the host's
 /// filter may make them. Answered `ENOSYS`: a program that tries them falls back to plain
 /// copies.
-const PIPE_LOCK_HOLDERS: [i64; 3] = [libc::SYS_splice, libc::SYS_tee, libc::SYS_vmsplice];
+const PIPE_LOCK_HOLDERS: [i64; 4] = [
+    libc::SYS_splice,
+    libc::SYS_tee,
+    libc::SYS_vmsplice,
+    libc::SYS_sendfile,
+];
 
 /// Namespace flags `clone` must not carry.
 const NAMESPACE_FLAGS: [i32; 7] = [

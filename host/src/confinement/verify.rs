@@ -148,9 +148,10 @@ pub(crate) fn verify_spawned(
 /// count for nothing here: they may allow what the host's denies.
 ///
 /// Callers write their own frames, and look for their answers, only on the pipes of such a
-/// worker: it cannot hold a pipe's lock inside the kernel, as the filter denies `userfaultfd`
-/// (a read into a page whose fault nobody serves) and answers `splice`, `tee` and `vmsplice`
-/// `ENOSYS`. Any other worker's pipes are written by the writer task alone.
+/// worker: it cannot hold a pipe's lock inside the kernel for as long as it likes, as the
+/// filter denies `userfaultfd` (a read into a page whose fault nobody serves) and answers
+/// `splice`, `tee`, `vmsplice` and `sendfile` `ENOSYS` (a copy it makes slow still holds one
+/// for seconds: SECURITY.md). Any other worker's pipes are written by the writer task alone.
 pub(crate) fn runs_the_hosts_filter(report: &ConfinementReport) -> bool {
     report.mode != super::ConfinementMode::None
         && !report.missing.contains(&super::Feature::Seccomp)

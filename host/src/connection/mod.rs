@@ -257,9 +257,10 @@ impl Live {
             let alone = core.session.in_flight() <= 1;
             // A caller that writes its own frame, alone, may look for the answer itself. Only
             // then: a worker whose filter is not verified (whose frames callers may not write
-            // themselves) could hold its pipe's lock inside the kernel (a `splice` from an empty
-            // socket into it, a read into a page whose fault nobody serves), and a read of that
-            // pipe, non-blocking or not, would wait for the lock on the caller's thread.
+            // themselves) could hold its pipe's lock inside the kernel for good (a `splice` or
+            // `sendfile` from an empty socket into it, a read into a page whose fault nobody
+            // serves), and a read of that pipe, non-blocking or not, would wait for the lock
+            // on the caller's thread.
             let look = (alone && self.spin.is_none() && settled.writes_now(by))
                 .then(|| core.inlet.clone())
                 .flatten();

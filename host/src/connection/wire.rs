@@ -21,9 +21,10 @@ use super::Live;
 /// send deadline. A failed write may have stopped inside a frame: nothing is written after it.
 pub(crate) struct Wire {
     /// Whether callers and the reader may write themselves. Only when the worker cannot hold
-    /// its pipes' locks inside the kernel (its verified filter denies `userfaultfd`, `splice`,
-    /// `tee` and `vmsplice`): otherwise every write goes through the writer task, so that a
-    /// caller can always give up its call.
+    /// its pipes' locks inside the kernel for as long as it likes (its verified filter denies
+    /// `userfaultfd` and answers `splice`, `tee`, `vmsplice` and `sendfile` `ENOSYS`; a copy
+    /// it makes slow still holds one for seconds, SECURITY.md): otherwise every write goes
+    /// through the writer task, so that a caller can always give up its call.
     pub(super) direct: bool,
     /// The host's runtime: a write that has to wait arms its send deadline on this runtime's
     /// timer, whichever runtime the caller that began it runs on.

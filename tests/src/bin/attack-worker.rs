@@ -132,11 +132,11 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         }
         "pipe_lock_calls" => {
             // The calls that can hold a pipe's lock while they wait (`splice`, `tee`,
-            // `vmsplice`), each made once without waiting: available if the kernel ran it (it
+            // `vmsplice`, `sendfile`), each made once without waiting: available if the kernel ran it (it
             // found nothing to move, or moved a byte), refused if the filter answered first.
             let available = pipe_lock_calls::available();
             if available.is_empty() {
-                Err(refused("splice, tee and vmsplice", errno()))
+                Err(refused("splice, tee, vmsplice and sendfile", errno()))
             } else {
                 Ok(available.join(" "))
             }
@@ -581,7 +581,7 @@ fn main() -> std::process::ExitCode {
 /// Probes of the calls that hold a pipe's lock while they wait, none of which waits here.
 #[allow(unsafe_code)]
 mod pipe_lock_calls {
-    /// Which of `splice`, `tee` and `vmsplice` the kernel ran.
+    /// Which of `splice`, `tee`, `vmsplice` and `sendfile` the kernel ran.
     pub(super) fn available() -> Vec<&'static str> {
         let mut sockets = [0 as libc::c_int; 2];
         let mut pipe = [0 as libc::c_int; 2];
@@ -607,7 +607,8 @@ mod pipe_lock_calls {
         let null = std::ptr::null_mut();
         let mut available = Vec::new();
         // SAFETY: each call reads or writes at most one byte of `byte` or moves data between
-        // the descriptors made above; none of them waits (`SPLICE_F_NONBLOCK`).
+        // the descriptors made above; none of them waits (`SPLICE_F_NONBLOCK`, and the socket
+        // is non-blocking for `sendfile`).
         unsafe {
             if ran(libc::splice(sockets[0], null, pipe[1], null, 1, flags)) {
                 available.push("splice");
@@ -617,6 +618,16 @@ mod pipe_lock_calls {
             }
             if ran(libc::vmsplice(pipe[1], &iov, 1, flags)) {
                 available.push("vmsplice");
+            }
+            let nonblocking = libc::fcntl(sockets[0], libc::F_GETFL) | libc::O_NONBLOCK;
+            libc::fcntl(sockets[0], libc::F_SETFL, nonblocking);
+            if ran(libc::sendfile(
+                other[1],
+                sockets[0],
+                std::ptr::null_mut(),
+                1,
+            )) {
+                available.push("sendfile");
             }
         }
         available
