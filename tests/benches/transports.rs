@@ -307,7 +307,7 @@ fn main() {
     }
     let pinned = std::env::var_os(UNPINNED_ENV)
         .is_none()
-        .then(pin_to_one_cpu);
+        .then(airlock_tests::e2e::pin_to_one_cpu);
     let mut criterion = Criterion::default()
         .sample_size(SAMPLES)
         .warm_up_time(Duration::from_secs(1))
@@ -415,19 +415,6 @@ fn paired_ratios(links: &mut [(&'static str, Link)]) -> Vec<Paired> {
         });
     }
     out
-}
-
-/// Restricts this process (and so the peers it spawns) to the first CPU it may run on.
-fn pin_to_one_cpu() -> usize {
-    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
-    let allowed = sched_getaffinity(None).expect("sched_getaffinity");
-    let cpu = (0..CpuSet::MAX_CPU)
-        .find(|&cpu| allowed.is_set(cpu))
-        .expect("some CPU");
-    let mut only = CpuSet::new();
-    only.set(cpu);
-    sched_setaffinity(None, &only).expect("sched_setaffinity");
-    cpu
 }
 
 fn peer_command(role: &str) -> Command {

@@ -244,8 +244,8 @@ pub fn session_of(pid: u32) -> Option<u32> {
 
 /// Pins the calling thread, and so the workers it spawns from now on, to the first CPU it may
 /// run on: a worker then shares its host's CPU, and the kernel usually runs it as the host's
-/// write wakes it (as `taskset -c 0` does for a whole benchmark).
-pub fn pin_to_one_cpu() {
+/// write wakes it (as `taskset -c 0` does for a whole benchmark). Returns that CPU.
+pub fn pin_to_one_cpu() -> usize {
     use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
     let allowed = sched_getaffinity(None).expect("the thread's affinity");
     let cpu = (0..CpuSet::MAX_CPU)
@@ -254,6 +254,7 @@ pub fn pin_to_one_cpu() {
     let mut one = CpuSet::new();
     one.set(cpu);
     sched_setaffinity(None, &one).expect("pinning the thread");
+    cpu
 }
 
 /// An instant `ms` milliseconds from now: a short call deadline.
