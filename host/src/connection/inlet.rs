@@ -289,11 +289,11 @@ mod tests {
     use super::*;
     use crate::connection::read_frames;
     use crate::connection::recording::{
-        encoded, runtime, update_then_answer, AnsweringWorker, Calls, Pipe, Piped,
+        encoded, reaped, runtime, update_then_answer, AnsweringWorker, Calls, Pipe, Piped,
     };
     use crate::connection::wire::now_or_never;
     use crate::updates::{Cost, UpdateBudget};
-    use crate::{CallError, LostReason};
+    use crate::CallError;
 
     fn pipe_of(pipe: &Arc<Mutex<Pipe>>) -> std::sync::MutexGuard<'_, Pipe> {
         pipe.lock().unwrap()
@@ -389,9 +389,7 @@ mod tests {
                 now_or_never(reader.as_mut()).is_some(),
                 "the reader went on"
             );
-            if let Some(core) = calls.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&calls.live);
             assert!(matches!(
                 now_or_never(&mut calls.answers[0]),
                 Some(Err(CallError::Decode(_)))
@@ -470,9 +468,7 @@ mod tests {
                 now_or_never(worker.reader.as_mut()).is_some(),
                 "the reader went on"
             );
-            if let Some(core) = worker.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&worker.live);
             let heard = now_or_never(&mut answer);
             assert!(
                 matches!(heard, Some(Err(CallError::Decode(_)))),
@@ -499,9 +495,7 @@ mod tests {
             assert!(TOUCHED.with(std::cell::Cell::get), "the attack is not live");
             assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(Touchy(7))));
             assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
-            if let Some(core) = calls.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&calls.live);
             let second = now_or_never(&mut calls.answers[1]);
             assert!(
                 matches!(second, Some(Err(CallError::Decode(_)))),

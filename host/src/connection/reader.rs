@@ -393,10 +393,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::connection::recording::{encoded, runtime, update_then_answer, AllReady, Calls};
+    use crate::connection::recording::{
+        encoded, reaped, runtime, update_then_answer, AllReady, Calls,
+    };
     use crate::connection::wire::now_or_never;
     use crate::updates::Cost;
-    use crate::LostReason;
 
     /// What two callers expecting a `u64` hear when the worker answers the first with `first`
     /// and the second with 7 in one write: as the reader leaves them (`None`: not yet
@@ -418,9 +419,7 @@ mod tests {
             let ended = now_or_never(reader).is_some();
             let mut heard: Vec<_> = calls.answers.iter_mut().map(now_or_never).collect();
             // What the supervisor does once the worker is reaped.
-            if let Some(core) = calls.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&calls.live);
             for (heard, answer) in heard.iter_mut().zip(&mut calls.answers) {
                 if heard.is_none() {
                     *heard = Some(now_or_never(answer).expect("answered once reaped"));
@@ -691,9 +690,7 @@ mod tests {
             );
             assert!(now_or_never(&mut calls.answers[1]).is_none());
             assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
-            if let Some(core) = calls.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&calls.live);
             assert!(matches!(
                 now_or_never(&mut calls.answers[0]),
                 Some(Err(CallError::Decode(_)))
@@ -733,9 +730,7 @@ mod tests {
                 Some(Ok(vec![(); ITEMS_IN_TURN + 1]))
             );
             // Timed out: answered at once if the worker lives on, or once it is reaped.
-            if let Some(core) = calls.live.lock().as_mut() {
-                core.link.fail_all(&LostReason::HandshakeTimeout);
-            }
+            reaped(&calls.live);
             let second = now_or_never(&mut calls.answers[1]);
             assert!(
                 matches!(second, Some(Err(CallError::Timeout))),

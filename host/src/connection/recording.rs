@@ -460,3 +460,11 @@ pub(super) fn update_then_answer(
         assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
     });
 }
+
+/// What the supervisor does once the worker is reaped: every call still waiting on it is
+/// answered (`Decode` for a liar's call, `WorkerLost` for the rest).
+pub(super) fn reaped(live: &Live) {
+    if let Some(core) = live.lock().as_mut() {
+        core.link.fail_all(&crate::LostReason::HandshakeTimeout);
+    }
+}
