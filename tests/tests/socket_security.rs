@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -495,24 +495,36 @@ fn open_fds_on(path: &Path) -> usize {
         .count()
 }
 
-/// Sends `frame` on `socket` with a descriptor for `path` attached (`SCM_RIGHTS`), then closes
-/// the sender's own copy: afterwards the only way that descriptor exists in this process is
-/// if a receiver accepted it.
-fn send_with_passed_fd(socket: impl AsFd, frame: &[u8], path: &Path) {
-    let file = OwnedFd::from(std::fs::File::open(path).expect("open"));
-    let fds = [file.as_fd()];
+/// Sends `frame` on `socket` with `fd` attached (`SCM_RIGHTS`).
+fn send_passing(socket: impl AsFd, frame: &[u8], fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    let fds = [fd];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
-    let sent = sendmsg(
+    sendmsg(
         socket,
         &[IoSlice::new(frame)],
         &mut control,
         SendFlags::empty(),
     )
-    .expect("sendmsg");
-    assert_eq!(sent, frame.len());
-    drop(file);
+}
+
+/// Sends `frame` on `socket` with a descriptor for `path` attached, then closes the sender's
+/// own copy: afterwards the only way that descriptor exists in this process is if a receiver
+/// accepted it. The send's result is returned.
+fn send_with_passed_fd(socket: impl AsFd, frame: &[u8], path: &Path) -> rustix::io::Result<usize> {
+    let file = OwnedFd::from(std::fs::File::open(path).expect("open"));
+    send_passing(socket, frame, file.as_fd())
+}
+
+/// Whether the pipe whose read end is `read` has no write end left anywhere (a read of an
+/// empty pipe then sees end of stream instead of `EAGAIN`).
+fn writers_gone(read: &OwnedFd) -> bool {
+    match rustix::io::read(read, &mut [0u8; 1]) {
+        Ok(0) => true,
+        Err(rustix::io::Errno::AGAIN) => false,
+        other => panic!("the test pipe holds no data: {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -527,7 +539,7 @@ async fn descriptors_passed_as_ancillary_data_are_never_accepted() {
     // The tripwire is live: a receiver that does ask for control messages gets the descriptor,
     // and the scan sees it.
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    send_with_passed_fd(&a, &frame, &secret);
+    assert_eq!(send_with_passed_fd(&a, &frame, &secret), Ok(frame.len()));
     assert_eq!(
         open_fds_on(&secret),
         0,
@@ -559,9 +571,17 @@ async fn descriptors_passed_as_ancillary_data_are_never_accepted() {
     );
     drop(received);
 
-    // The transport: the frame arrives, the descriptor does not.
+    // The transport: the worker's send carrying a descriptor is refused whole, and the frames
+    // it sends without one arrive.
     let (transport, worker_end) = inherited_pair(StreamConfig::default()).expect("pair");
-    send_with_passed_fd(&worker_end, &frame, &secret);
+    assert_eq!(
+        send_with_passed_fd(&worker_end, &frame, &secret),
+        Err(rustix::io::Errno::PERM)
+    );
+    assert_eq!(
+        rustix::net::send(&worker_end, &frame, SendFlags::empty()),
+        Ok(frame.len())
+    );
     let (_send, mut recv) = transport.split();
     let got = recv.recv().await.expect("recv").expect("frame");
     assert_eq!(got, pattern(64));
@@ -573,6 +593,57 @@ async fn descriptors_passed_as_ancillary_data_are_never_accepted() {
     drop(worker_end);
     assert_eq!(recv.recv().await.expect("clean end"), None);
     std::fs::remove_file(&secret).unwrap();
+}
+
+/// A descriptor a peer attaches to its bytes, where the receiver allows it, is closed by the
+/// receiver's own `recv` even without a control buffer: on the host's thread, where closing a
+/// pipe waits for a lock its sender may hold (SECURITY.md). The host's ends refuse the send
+/// instead, over an inherited pair and over a named listener's connections (set on the
+/// listener, so it holds from `connect`, before the host accepts).
+#[tokio::test]
+async fn a_worker_cannot_make_the_host_close_a_descriptor_it_passes() {
+    let frame = raw_frame(pattern(64)).to_vec();
+
+    // Live: the receiver's plain `recv` is what closes the passed pipe end.
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (pipe_read, pipe_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).expect("pipe");
+    assert_eq!(
+        send_passing(&a, &frame, pipe_write.as_fd()),
+        Ok(frame.len())
+    );
+    drop(pipe_write);
+    assert!(!writers_gone(&pipe_read), "the end in flight is still open");
+    let mut buf = [0u8; 256];
+    assert_eq!(
+        rustix::net::recv(&b, &mut buf, RecvFlags::empty()).map(|(n, _)| n),
+        Ok(frame.len())
+    );
+    assert!(writers_gone(&pipe_read), "the receiver's recv closed it");
+
+    // An inherited pair's host end: refused at the send, so nothing is left for the host to
+    // close.
+    let (_transport, worker_end) = inherited_pair(StreamConfig::default()).expect("pair");
+    let (pipe_read, pipe_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).expect("pipe");
+    assert_eq!(
+        send_passing(&worker_end, &frame, pipe_write.as_fd()),
+        Err(rustix::io::Errno::PERM)
+    );
+    drop(pipe_write);
+    assert!(writers_gone(&pipe_read), "nothing of it was queued");
+
+    // A named listener: a connection not yet accepted is refused too.
+    let listener = NamedListener::bind(NamedConfig::default()).expect("bind");
+    let early = std::os::unix::net::UnixStream::connect(listener.name()).expect("connect");
+    let (pipe_read, pipe_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).expect("pipe");
+    assert_eq!(
+        send_passing(&early, &frame, pipe_write.as_fd()),
+        Err(rustix::io::Errno::PERM)
+    );
+    drop(pipe_write);
+    assert!(writers_gone(&pipe_read), "nothing of it was queued");
 }
 
 #[tokio::test]

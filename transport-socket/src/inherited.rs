@@ -3,7 +3,7 @@
 //! find, so nothing needs authenticating: the only peer is whoever the host gave the end to.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use airlock_transport_pipe::{StreamConfig, StreamTransport};
 use rustix::io::fcntl_dupfd_cloexec;
@@ -11,12 +11,14 @@ use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 
 use crate::adopt::adopt_inherited_socket;
 use crate::env::{socket_fd_from_env, CHILD_SOCKET_FD};
+use crate::raw_sockopt::refuse_passed_descriptors;
 use crate::socket_io::split_socket;
 use crate::SocketTransport;
 
 /// Host side: a connected socket pair. Returns the host's transport and the child's end.
 ///
-/// Both ends are close-on-exec. The host places the child's end at [`CHILD_SOCKET_FD`] in the
+/// Both ends are close-on-exec. The host's end refuses descriptors the worker would pass
+/// (`SO_PASSRIGHTS` off, Linux 6.16+): its `sendmsg` with `SCM_RIGHTS` fails with `EPERM`. The host places the child's end at [`CHILD_SOCKET_FD`] in the
 /// child between `fork` and `exec` (`dup2(child_end, 3)`, which also clears close-on-exec on
 /// the copy) and then drops its own copy of the child's end, so that the worker exiting is seen
 /// as end of stream. The child's end is guaranteed to have a number above [`CHILD_SOCKET_FD`],
@@ -30,6 +32,8 @@ pub fn inherited_pair(config: StreamConfig) -> io::Result<(SocketTransport, Owne
         SocketFlags::CLOEXEC,
         None,
     )?;
+    // Before the child exists: the worker can never queue a descriptor for the host to close.
+    refuse_passed_descriptors(host.as_fd())?;
     let child = if child.as_raw_fd() <= CHILD_SOCKET_FD {
         fcntl_dupfd_cloexec(&child, CHILD_SOCKET_FD + 1)?
     } else {

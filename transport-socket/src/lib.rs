@@ -15,8 +15,9 @@
 //! Framing is the one the pipe transport uses ([`StreamTransport`]): frames over `max_frame`
 //! are refused from their length prefix before anything is reserved, and sends fail with
 //! `SendTimeout` instead of blocking on a peer that stopped reading. Descriptors passed as
-//! ancillary data (`SCM_RIGHTS`) are never accepted: reads take no control messages, so the
-//! kernel discards them. The socket's halves ([`SocketReader`], [`SocketWriter`]) keep the
+//! ancillary data (`SCM_RIGHTS`) are never accepted: the host's end refuses them at the
+//! peer's send (`SO_PASSRIGHTS` off, Linux 6.16+), so the host never even closes one; on older
+//! kernels reads take no control messages, so the kernel discards them. The socket's halves ([`SocketReader`], [`SocketWriter`]) keep the
 //! event loop from waking on every "writable" edge a Unix socket raises when its peer reads,
 //! which would otherwise double the cost of a small round trip. Unix only for now; Windows
 //! named pipes would come in through `interprocess` behind the same API.
@@ -43,7 +44,7 @@
 //! # });
 //! ```
 
-#![deny(unsafe_code)] // allowed in `adopt` (a descriptor taken by number) and `peer_pidfd` only
+#![deny(unsafe_code)] // allowed in `adopt` (a descriptor taken by number) and `raw_sockopt` only
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![cfg_attr(
@@ -56,7 +57,7 @@ mod env;
 mod error;
 mod inherited;
 pub mod named;
-mod peer_pidfd;
+mod raw_sockopt;
 mod socket_io;
 mod worker;
 

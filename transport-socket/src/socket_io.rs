@@ -19,8 +19,8 @@
 //!
 //! Writes use `sendmsg` with `MSG_NOSIGNAL` (a peer that went away is an `EPIPE` error, never a
 //! `SIGPIPE` in the host) and carry no control messages. Reads use `recv` with no control
-//! buffer, so descriptors a peer attaches (`SCM_RIGHTS`) are discarded by the kernel, never
-//! installed in this process.
+//! buffer, so descriptors a peer attaches (`SCM_RIGHTS`) are never installed in this process;
+//! the host's sockets refuse them before that (`raw_sockopt::refuse_passed_descriptors`).
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

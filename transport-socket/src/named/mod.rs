@@ -26,15 +26,18 @@
 //! wait early: a refused connection may be anyone's (see below), and the worker may still
 //! connect before the deadline.
 //!
-//! Passed descriptors (`SCM_RIGHTS`) are never accepted: the transport reads with plain
-//! `read`, which takes no control messages, and the kernel discards (closes) any descriptors
-//! a peer attached.
+//! Passed descriptors (`SCM_RIGHTS`) are never accepted: the listener refuses them
+//! (`SO_PASSRIGHTS` off, Linux 6.16+, set before its name is handed out and inherited by
+//! every connection it accepts), so a peer's `sendmsg` carrying one fails with `EPERM`. On
+//! older kernels the transport's reads, which take no control messages, make the kernel
+//! discard (close) any descriptors a peer attached.
 
 mod dir;
 mod screen;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,7 @@ pub use dir::{PrivateDir, PRIVATE_DIR_PREFIX};
 use crate::env::{encode_token, invalid, AIRLOCK_SOCKET_NAME, AIRLOCK_TOKEN};
 use crate::error::{AcceptError, Refusal};
 use crate::inherited::transport_from_fd;
+use crate::raw_sockopt::refuse_passed_descriptors;
 use crate::SocketTransport;
 
 /// Default for [`NamedConfig::candidate_timeout`]: 2 seconds from a connection to its `Hello`.
@@ -218,6 +222,8 @@ impl NamedListener {
             .reclaim_name(false)
             .mode(SOCKET_MODE)
             .create_tokio_as::<uds::Listener>()?;
+        // Before anyone has the name: every connection inherits the refusal, from `connect` on.
+        refuse_passed_descriptors(listener.as_fd())?;
         let mut listener = Self {
             listener,
             dir,

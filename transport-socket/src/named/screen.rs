@@ -10,7 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
 use crate::error::Refusal;
-use crate::peer_pidfd::peer_pidfd;
+use crate::raw_sockopt::peer_pidfd;
 use crate::PeerExpectation;
 
 /// Checks the peer's credentials, as the kernel recorded them when it connected.
