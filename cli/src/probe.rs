@@ -61,6 +61,7 @@ fn report(info: &WorkerInfo) -> String {
             .map_or_else(|| "none".to_owned(), |abi| abi.to_string()),
     );
     line("seccomp_filters", &c.seccomp_filters);
+    line("inherited_filters", &c.inherited_filters);
     line("worker_filter", &yes_no(c.worker_filter));
     line("no_new_privs", &yes_no(c.no_new_privs));
     line("no_capabilities", &yes_no(c.no_capabilities));

@@ -407,7 +407,7 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
         cwd: settings.cwd.as_deref(),
         transport_files: &channel.files(),
     };
-    let (mut plan, prepared) =
+    let (mut plan, mut prepared) =
         crate::confinement::prepare(&settings.confinement, &inputs, namespaces)?;
     channel.admit(prepared.expected.uid)?;
     let mut command = base_command(settings, &prepared);
@@ -425,9 +425,13 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     }
     let set_up: crate::sys::SetUp = Box::new(move || plan.run());
     crate::sys::prepare_child(&mut command, Some(set_up), channel_fd);
-    let spawned = crate::spawner::spawn(command)
-        .await
-        .map_err(SpawnError::Spawner)?;
+    // Counted on the thread that forks: the worker inherits its filters (a container's).
+    let (inherited, spawned) = crate::spawner::run(move || {
+        crate::confinement::filters_of_this_thread().map(|inherited| (inherited, command.spawn()))
+    })
+    .await
+    .map_err(SpawnError::Spawner)??;
+    prepared.expected.count_inherited(inherited);
     let mut forked = match spawned {
         Ok(child) => child,
         Err(err) => return Err(explain_failure(settings, &prepared, err)),

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
 use crate::SpawnerError;
@@ -185,11 +184,6 @@ pub(crate) async fn run<T: Send + 'static>(
     }
 }
 
-/// Spawns `command` from a spawner thread, registered with the calling task's runtime.
-pub(crate) async fn spawn(mut command: Command) -> Result<std::io::Result<Child>, SpawnerError> {
-    run(move || command.spawn()).await
-}
-
 /// The job that runs `start` inside `runtime` and sends the outcome to `done`; it starts
 /// nothing if nobody waits for it any more. A job queued behind a spawn that hung runs only
 /// when that one returns, long after its own caller was told [`SpawnerError::NoAnswer`]: a
@@ -310,7 +304,7 @@ mod tests {
             hung.insert(placed.slot);
             releases.push(release);
         }
-        let mut command = Command::new("touch");
+        let mut command = tokio::process::Command::new("touch");
         command.arg(marker).kill_on_drop(false);
         let (done, result) = oneshot::channel();
         let queued = submit(start_job(

@@ -473,6 +473,89 @@ sys.exit(worker.run())
     host.shutdown().await;
 }
 
+/// Set when this test binary runs again under a seccomp filter installed before its `exec`,
+/// as a container runtime installs its profile.
+const UNDER_A_FILTER: &str = "AIRLOCK_TEST_UNDER_A_FILTER";
+
+/// Installs one seccomp filter that allows everything (as a container's profile would add one
+/// to every process in it), then `exec`s `argv[1:]` under it.
+const EXEC_UNDER_A_FILTER: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+allow = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000))
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+prog = Prog(1, ctypes.addressof(allow))
+if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+    sys.exit("no filter: errno %d" % ctypes.get_errno())
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+
+/// A host that itself runs under a filter (a container's) passes it on to its worker, whose
+/// `Seccomp_filters` then exceeds the host's own share though the worker installed nothing.
+/// That filter is never taken for the worker's own allowlist: `worker_filter` stays false and
+/// `require_worker_filter()` still refuses the Python worker, which installs none.
+#[test]
+fn a_filter_the_host_runs_under_is_never_taken_for_the_workers_own() {
+    let Some(python) = python() else { return };
+    let name = "a_filter_the_host_runs_under_is_never_taken_for_the_workers_own";
+    if std::env::var_os(UNDER_A_FILTER).is_none() {
+        let run = std::process::Command::new(&python.interpreter)
+            .args(["-c", EXEC_UNDER_A_FILTER])
+            .arg(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(UNDER_A_FILTER, "1")
+            .output()
+            .expect("run under a filter");
+        let out = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && out.contains("1 passed"),
+            "{out}\n{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    assert!(
+        status.lines().any(|line| line == "Seccomp_filters:\t1"),
+        "this host runs under one filter: {status}"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let script = sdk_dir().join("example_worker.py");
+        // Live: the worker carries one filter more than the host installs (its two), which a
+        // count against the host's share alone takes for the worker's own.
+        let host = python_host(&python, &script, TransportChoice::Pipe, None)
+            .spawn()
+            .await
+            .expect("spawn");
+        let report = host.worker_info().confinement.clone();
+        host.shutdown().await;
+        assert_eq!(report.inherited_filters, 1, "{report:?}");
+        assert_eq!(report.seccomp_filters, 1 + 2, "{report:?}");
+        assert!(!report.worker_filter, "{report:?}");
+
+        let spawned = python_host_confined(
+            &python,
+            &script,
+            TransportChoice::Pipe,
+            None,
+            Confinement::strict().require_worker_filter(),
+        )
+        .spawn()
+        .await;
+        match spawned {
+            Err(SpawnError::Confinement(_)) => {}
+            Err(other) => panic!("expected a confinement refusal, got {other}"),
+            Ok(_) => panic!("a filter the host inherited was taken for the worker's own"),
+        }
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_requires_the_workers_own_filter_refuses_the_python_worker() {
     let Some(python) = python() else { return };

@@ -42,4 +42,6 @@ pub use report::ConfinementReport;
 
 pub(crate) use cgroup::WorkerCgroup;
 pub(crate) use plan::{prepare, resolve_program, Prepared, SpawnInputs};
-pub(crate) use verify::{runs_the_hosts_filter, verify_spawned, verify_worker_filter};
+pub(crate) use verify::{
+    filters_of_this_thread, runs_the_hosts_filter, verify_spawned, verify_worker_filter,
+};

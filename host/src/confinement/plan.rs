@@ -243,6 +243,8 @@ pub(crate) fn prepare(
         } else {
             super::seccomp::HOST_FILTERS
         },
+        // Known once the spawner thread that forks the worker has counted its own.
+        inherited_filters: 0,
         worker_filter: false,
         no_new_privs: true,
         no_capabilities: true,

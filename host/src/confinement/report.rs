@@ -21,6 +21,10 @@ pub struct ConfinementReport {
     pub landlock_abi: Option<i32>,
     /// seccomp filters installed on the worker (`Seccomp_filters`), the host's included.
     pub seccomp_filters: u32,
+    /// Of those, the filters the host's own spawning thread already ran under (a container's
+    /// profile, say): the worker inherits them, but they are neither the host's nor the
+    /// worker's own, and [`worker_filter`](Self::worker_filter) never counts them.
+    pub inherited_filters: u32,
     /// The worker installed its own allowlist on top of the host's filters.
     pub worker_filter: bool,
     /// `NoNewPrivs` is set.
@@ -46,12 +50,22 @@ impl ConfinementReport {
             namespaces: false,
             landlock_abi: None,
             seccomp_filters: 0,
+            inherited_filters: 0,
             worker_filter: false,
             no_new_privs: false,
             no_capabilities: false,
             rlimits: false,
             cgroup: false,
             missing: Vec::new(),
+        }
+    }
+
+    /// Counts `inherited` filters, those the thread that forks the worker runs under, in what
+    /// the worker must be found running under: they come on top of the host's own.
+    pub(crate) fn count_inherited(&mut self, inherited: u32) {
+        self.inherited_filters = inherited;
+        if self.seccomp_filters > 0 {
+            self.seccomp_filters += inherited;
         }
     }
 }

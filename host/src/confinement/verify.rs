@@ -25,13 +25,11 @@ struct Status {
     cap_bnd: Option<u64>,
 }
 
-fn read_status(pid: u32) -> Result<Status, ConfinementError> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| {
-        ConfinementError::Verification {
-            check: "/proc/<pid>/status",
-            expected: "readable".into(),
-            found: e.to_string(),
-        }
+fn read_status(path: &str) -> Result<Status, ConfinementError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfinementError::Verification {
+        check: "/proc/<pid>/status",
+        expected: "readable".into(),
+        found: e.to_string(),
     })?;
     let mut status = Status::default();
     for line in text.lines() {
@@ -82,7 +80,7 @@ pub(crate) fn verify_spawned(
     keeper: Option<u32>,
     expected: &ConfinementReport,
 ) -> Result<ConfinementReport, ConfinementError> {
-    let status = read_status(pid)?;
+    let status = read_status(&format!("/proc/{pid}/status"))?;
     if let Some(keeper) = keeper {
         if status.ppid != Some(keeper) {
             return Err(mismatch("PPid", keeper, status.ppid));
@@ -140,8 +138,6 @@ pub(crate) fn verify_spawned(
     })
 }
 
-/// After the worker's `Hello`: records whether it installed its own allowlist, and refuses
-/// it if the policy requires one and it did not.
 /// Whether the worker runs under the host's own seccomp filter, as verified at its spawn: the
 /// policy installed it (not `none()`, nor a `best_effort()` that went without it) and the
 /// worker carries at least its filters. Filters the host itself runs under (a container's)
@@ -155,9 +151,13 @@ pub(crate) fn verify_spawned(
 pub(crate) fn runs_the_hosts_filter(report: &ConfinementReport) -> bool {
     report.mode != super::ConfinementMode::None
         && !report.missing.contains(&super::Feature::Seccomp)
-        && report.seccomp_filters >= super::seccomp::HOST_FILTERS
+        && report.seccomp_filters >= report.inherited_filters + super::seccomp::HOST_FILTERS
 }
 
+/// After the worker's `Hello`: records whether it installed its own allowlist, and refuses
+/// it if the policy requires one and it did not. Its own is any filter beyond those it was
+/// started under: the ones its host's spawning thread ran under (a container's) and the
+/// host's own, where they were installed.
 pub(crate) fn verify_worker_filter(
     report: &mut ConfinementReport,
     required: bool,
@@ -165,21 +165,36 @@ pub(crate) fn verify_worker_filter(
     if report.mode == super::ConfinementMode::None {
         return Ok(());
     }
-    let status = read_status(report.pid)?;
+    let status = read_status(&format!("/proc/{}/status", report.pid))?;
     let filters = status.seccomp_filters.unwrap_or(0);
+    let hosts = if report.missing.contains(&super::Feature::Seccomp) {
+        0
+    } else {
+        super::seccomp::HOST_FILTERS
+    };
+    let started_under = report.inherited_filters + hosts;
     report.seccomp_filters = filters;
-    report.worker_filter = filters > super::seccomp::HOST_FILTERS;
+    report.worker_filter = filters > started_under;
     if required && !report.worker_filter {
         return Err(mismatch(
             "Seccomp_filters",
             format!(
-                "more than the host's {} (the worker's own allowlist)",
-                super::seccomp::HOST_FILTERS
+                "more than the {started_under} it was started under (the host's {hosts} and \
+                 {} its host's thread ran under): the worker's own allowlist",
+                report.inherited_filters
             ),
             filters,
         ));
     }
     Ok(())
+}
+
+/// How many seccomp filters the calling thread runs under (its `Seccomp_filters`): on the
+/// thread that forks a worker, what the worker inherits before the host adds its own.
+pub(crate) fn filters_of_this_thread() -> Result<u32, ConfinementError> {
+    Ok(read_status("/proc/thread-self/status")?
+        .seccomp_filters
+        .unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -215,5 +230,12 @@ mod tests {
             host - 1,
             Vec::new()
         )));
+        // Under a container's filter, the host's own must come on top of it.
+        let inherited = |filters| ConfinementReport {
+            inherited_filters: 1,
+            ..report(strict, filters, Vec::new())
+        };
+        assert!(!runs_the_hosts_filter(&inherited(host)));
+        assert!(runs_the_hosts_filter(&inherited(host + 1)));
     }
 }
