@@ -495,6 +495,24 @@ fn open_fds_on(path: &Path) -> usize {
         .count()
 }
 
+/// Whether this kernel has `SO_PASSRIGHTS` (Linux 6.16+), by which the host's sockets refuse
+/// passed descriptors at the sender; says so when it does not, for the tests that need it.
+fn kernel_refuses_passed_descriptors() -> bool {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let has_it = version >= (6, 16);
+    if !has_it {
+        eprintln!("skipped: Linux {release} has no SO_PASSRIGHTS (6.16+)");
+    }
+    has_it
+}
+
 /// Sends `frame` on `socket` with `fd` attached (`SCM_RIGHTS`).
 fn send_passing(socket: impl AsFd, frame: &[u8], fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
     let fds = [fd];
@@ -529,6 +547,9 @@ fn writers_gone(read: &OwnedFd) -> bool {
 
 #[tokio::test]
 async fn descriptors_passed_as_ancillary_data_are_never_accepted() {
+    if !kernel_refuses_passed_descriptors() {
+        return;
+    }
     let scratch = PrivateDir::create_random_in(&std::env::temp_dir()).expect("scratch");
     let secret = scratch.path().join("passed-file");
     std::fs::File::create(&secret)
@@ -602,6 +623,9 @@ async fn descriptors_passed_as_ancillary_data_are_never_accepted() {
 /// listener, so it holds from `connect`, before the host accepts).
 #[tokio::test]
 async fn a_worker_cannot_make_the_host_close_a_descriptor_it_passes() {
+    if !kernel_refuses_passed_descriptors() {
+        return;
+    }
     let frame = raw_frame(pattern(64)).to_vec();
 
     // Live: the receiver's plain `recv` is what closes the passed pipe end.
@@ -646,11 +670,126 @@ async fn a_worker_cannot_make_the_host_close_a_descriptor_it_passes() {
     assert!(writers_gone(&pipe_read), "nothing of it was queued");
 }
 
+/// A connection takes its listener's `SO_PASSRIGHTS` as it connects, so a listener that set it
+/// after `listen` left a window in which a process that can reach the private directory (the
+/// host's uid, or root) kept the right to pass descriptors. Races `NamedListener::bind` with a
+/// thread that connects to every listener it finds and tries to pass one: a listener that
+/// refused from `listen` on refuses every connection. (With the setting made after `listen`,
+/// one bind in about sixteen let a descriptor through in a review's 3,000 tries.)
+#[tokio::test]
+async fn a_connection_racing_the_listeners_bind_cannot_pass_descriptors() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    if !kernel_refuses_passed_descriptors() {
+        return;
+    }
+    let parent = PrivateDir::create_random_in(&std::env::temp_dir()).expect("parent");
+    let parent_path = parent.path().to_owned();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (connected, passed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let racer = {
+        let (stop, connected, passed) = (stop.clone(), connected.clone(), passed.clone());
+        std::thread::spawn(move || {
+            let (_read, write) = rustix::pipe::pipe().expect("pipe");
+            let frame = raw_frame(pattern(8)).to_vec();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(entries) = std::fs::read_dir(&parent_path) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    let name = entry.path().join("sock");
+                    for _ in 0..50 {
+                        let Ok(socket) = std::os::unix::net::UnixStream::connect(&name) else {
+                            continue;
+                        };
+                        connected.fetch_add(1, Ordering::Relaxed);
+                        if send_passing(&socket, &frame, write.as_fd()).is_ok() {
+                            passed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let config = NamedConfig::default().parent_dir(parent.path());
+    let mut binds = 0;
+    while binds < 400 || connected.load(Ordering::Relaxed) == 0 {
+        let listener = NamedListener::bind(config.clone()).expect("bind");
+        tokio::task::yield_now().await;
+        drop(listener);
+        binds += 1;
+        assert!(binds < 20_000, "the racer never connected");
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().expect("racer");
+    assert_eq!(
+        passed.load(Ordering::Relaxed),
+        0,
+        "of {} connections racing {binds} binds",
+        connected.load(Ordering::Relaxed)
+    );
+}
+
+/// End to end: a real worker spawned over each socket transport tries to pass a descriptor on
+/// every Unix stream socket it holds. The host's end refuses each send (`EPERM`), nothing
+/// reaches the host, and the worker's next call is answered.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spawned_worker_cannot_pass_its_host_a_descriptor() {
+    use airlock_host::{CallError, Confinement, Host, TransportChoice};
+    use airlock_tests::attack::Attack;
+    use airlock_tests::e2e::attack_bin;
+    if !kernel_refuses_passed_descriptors() {
+        return;
+    }
+    for transport in [
+        TransportChoice::SocketInherited,
+        TransportChoice::SocketNamed,
+    ] {
+        let host = Host::builder(attack_bin())
+            .confinement(Confinement::none())
+            .transport(transport)
+            .spawn()
+            .await
+            .expect("the attack worker starts");
+        let deadline = || Instant::now() + STEP;
+        let attempt = ("pass_fd_to_host".to_string(), String::new());
+        let outcome = host
+            .call_with_deadline::<Attack>(&attempt, deadline())
+            .await;
+        let Err(CallError::Remote(refusal)) = &outcome else {
+            panic!("{transport:?}: a descriptor went out, or the call failed: {outcome:?}");
+        };
+        let text = refusal.to_string();
+        assert!(
+            text.contains("sendmsg refused: fd"),
+            "{transport:?}: {text}"
+        );
+        assert_eq!(
+            text.matches("fd ").count(),
+            text.matches("Operation not permitted").count(),
+            "{transport:?}: every send refused with EPERM: {text}"
+        );
+        let read = ("read".to_string(), "/proc/self/status".to_string());
+        let again = host.call_with_deadline::<Attack>(&read, deadline()).await;
+        assert!(
+            again.is_ok(),
+            "{transport:?}: the worker is still usable: {again:?}"
+        );
+        host.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn listener_removes_its_name_on_deadline_and_on_drop() {
     let listener = NamedListener::bind(NamedConfig::default()).expect("bind");
     let (name, dir) = (listener.name().to_owned(), listener.dir().to_owned());
     assert!(name.exists() && dir.exists());
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&name)
+        .expect("the socket file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket file is its owner's alone");
     let started = Instant::now();
     let result = listener
         .accept_worker(

@@ -62,9 +62,9 @@ const SO_PASSRIGHTS: libc::c_int = 83;
 const SO_PASSRIGHTS: libc::c_int = 92;
 
 /// Makes the kernel refuse descriptors passed to `socket`: a peer's `sendmsg` with
-/// `SCM_RIGHTS` then fails with `EPERM` and nothing of it is queued. A listening socket's
-/// setting is inherited by the connections it accepts, including those queued before
-/// `accept`. Descriptors already queued when this is set are not affected.
+/// `SCM_RIGHTS` then fails with `EPERM` and nothing of it is queued. A connection takes its
+/// listener's setting when it connects (not when it is accepted), so set it on a listener
+/// before `listen`. Descriptors already queued when this is set are not affected.
 ///
 /// Where the kernel predates the option (`ENOPROTOOPT`) this succeeds and warns once per
 /// process: passed descriptors are then still discarded by reads without a control buffer, but

@@ -269,7 +269,51 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
                 .ok_or_else(|| HandlerError::new("host:victim"))?;
             steal_sibling(number(host)? as i32, number(victim)? as i32)
         }
+        "pass_fd_to_host" => pass_fd_to_host(),
         other => Err(HandlerError::new(format!("unknown attack {other}"))),
+    }
+}
+
+/// On every connected Unix stream socket this worker holds whose peer is its parent, the host
+/// of an unconfined worker (its channel, over the socket transports), sends one byte with the write end of a fresh pipe attached (`SCM_RIGHTS`): a
+/// descriptor the host's `recv` would close on its own thread, where closing a pipe waits for
+/// a lock the worker can hold. `Ok` names the sockets a descriptor went out on (the stray byte
+/// then breaks the channel's framing); refused sends are the error, with their OS errors.
+fn pass_fd_to_host() -> Result<String, HandlerError> {
+    use rustix::net::{sendmsg, sockopt, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::{AsFd, BorrowedFd};
+    let (mut sent, mut refusals) = (Vec::new(), Vec::new());
+    for raw in 3..256 {
+        // SAFETY: the borrow only lives for the `getsockopt` and `sendmsg` calls below, which
+        // neither close nor keep it; a number with nothing open fails them with `EBADF`.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        let stream = sockopt::socket_type(fd) == Ok(rustix::net::SocketType::STREAM);
+        let unix = sockopt::socket_domain(fd) == Ok(rustix::net::AddressFamily::UNIX);
+        if !stream || !unix || sockopt::socket_acceptconn(fd).unwrap_or(true) {
+            continue;
+        }
+        let peer = sockopt::socket_peercred(fd).map(|cred| cred.pid);
+        if peer.ok() != rustix::process::getppid() {
+            continue;
+        }
+        let (_read, write) = rustix::pipe::pipe().map_err(|e| refused("pipe", e))?;
+        let fds = [write.as_fd()];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+        let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+        match sendmsg(fd, &[std::io::IoSlice::new(&[0])], &mut control, flags) {
+            Ok(_) => sent.push(format!("sent fd {raw}")),
+            Err(err) => refusals.push(format!("fd {raw}: {}", std::io::Error::from(err))),
+        }
+    }
+    match (sent.is_empty(), refusals.is_empty()) {
+        (false, _) => Ok(sent.join("; ")),
+        (true, true) => Err(HandlerError::new("no Unix stream socket to the host")),
+        (true, false) => Err(HandlerError::new(format!(
+            "sendmsg refused: {}",
+            refusals.join("; ")
+        ))),
     }
 }
 

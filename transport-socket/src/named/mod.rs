@@ -27,8 +27,8 @@
 //! connect before the deadline.
 //!
 //! Passed descriptors (`SCM_RIGHTS`) are never accepted: the listener refuses them
-//! (`SO_PASSRIGHTS` off, Linux 6.16+, set before its name is handed out and inherited by
-//! every connection it accepts), so a peer's `sendmsg` carrying one fails with `EPERM`. On
+//! (`SO_PASSRIGHTS` off, Linux 6.16+, set before it is bound; every connection takes the
+//! setting as it connects), so a peer's `sendmsg` carrying one fails with `EPERM`. On
 //! older kernels the transport's reads, which take no control messages, make the kernel
 //! discard (close) any descriptors a peer attached.
 
@@ -46,10 +46,12 @@ use airlock_transport_pipe::StreamConfig;
 use bytes::Bytes;
 use interprocess::local_socket::traits::tokio::Listener as _;
 use interprocess::local_socket::traits::StreamCommon as _;
-use interprocess::local_socket::{ConnectOptions, GenericFilePath, ListenerOptions, ToFsName};
-use interprocess::os::unix::local_socket::ListenerOptionsExt as _;
+use interprocess::local_socket::{ConnectOptions, GenericFilePath, ToFsName};
 use interprocess::os::unix::uds_local_socket::tokio as uds;
 use rustix::io::Errno;
+use rustix::net::{
+    bind, listen, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType,
+};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
@@ -215,15 +217,7 @@ impl NamedListener {
         let parent = config.parent_dir.clone().unwrap_or_else(std::env::temp_dir);
         let dir = PrivateDir::create_random_in(&parent)?;
         let name = dir.path().join(SOCKET_FILE);
-        let listener = ListenerOptions::new()
-            .name(name.as_path().to_fs_name::<GenericFilePath>()?)
-            // Never delete something at the path to make room; removal is ours, by descriptor.
-            .try_overwrite(false)
-            .reclaim_name(false)
-            .mode(SOCKET_MODE)
-            .create_tokio_as::<uds::Listener>()?;
-        // Before anyone has the name: every connection inherits the refusal, from `connect` on.
-        refuse_passed_descriptors(listener.as_fd())?;
+        let listener = listen_refusing_descriptors(&name)?;
         let mut listener = Self {
             listener,
             dir,
@@ -345,6 +339,26 @@ impl NamedListener {
             }
         }
     }
+}
+
+/// A listening socket at `name` that refuses passed descriptors (`SO_PASSRIGHTS` off) from
+/// before it is bound. A connection takes the listener's setting when it connects, not when it
+/// is accepted, so the setting must precede `listen`: a connection made in between would keep
+/// the right to queue descriptors for the host to close. The mode is set on the socket before
+/// `bind`, which gives it to the file; `bind` fails on any existing entry, so nothing at `name`
+/// is ever deleted to make room (removal is ours, by descriptor).
+fn listen_refusing_descriptors(name: &Path) -> io::Result<uds::Listener> {
+    let socket = socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    refuse_passed_descriptors(socket.as_fd())?;
+    rustix::fs::fchmod(&socket, rustix::fs::Mode::from_raw_mode(SOCKET_MODE))?;
+    bind(&socket, &SocketAddrUnix::new(name)?)?;
+    listen(&socket, -1)?;
+    uds::Listener::try_from(socket)
 }
 
 impl Drop for NamedListener {
