@@ -158,10 +158,11 @@ pub trait FrameReceiver: Send {
     }
 
     /// Takes what the OS already holds for this receiver, without waiting and without the
-    /// async runtime: one non-blocking `read`, whatever the runtime believes of the
-    /// descriptor's readiness. For a loop that polls while it expects input and must not turn
-    /// its runtime to look (a host's reader spinning on a multi-thread runtime, where each
-    /// turn through the scheduler wakes its other threads). `true`: ask
+    /// async runtime: one non-blocking `read` (on a blocking description, a read that asks
+    /// not to wait), whatever the runtime believes of the descriptor's readiness. For a loop
+    /// that polls while it expects input and must not turn its runtime to look (a reader or
+    /// a worker's loop spinning in the low-latency mode, where each turn through the scheduler
+    /// costs a system call and, on a multi-thread runtime, wakes its other threads). `true`: ask
     /// [`poll_recv`](Self::poll_recv) now. It has something to go on with (bytes, a frame, an
     /// error), or the stream ended, which it meets through the runtime, or the rest of a large
     /// frame is wanted, which only it reads (into the frame's own buffer, through the

@@ -29,12 +29,22 @@ const TRANSPORTS: [TransportChoice; 3] = [
     TransportChoice::SocketNamed,
 ];
 
-/// On a multi-thread runtime the host's reader polls the channel itself while it spins, over
-/// each transport: calls made one at a time answer in order, so does one answered after its
-/// window closed, and a worker that exits while the reader polls fails its call exactly as
-/// without the mode, and a fresh worker serves.
+/// The host's reader polls the channel itself while it spins (its worker runs under the
+/// host's filter), and so does the worker's loop, alone on its thread, over each transport:
+/// calls made one at a time answer in order, so does one answered after its window closed,
+/// and a worker that exits while the reader polls fails its call exactly as without the
+/// mode, and a fresh worker serves. On a multi-thread runtime and on a current-thread one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_polling_its_channel_in_place_answers_every_call_and_sees_its_worker_exit() {
+    polling_in_place_answers_every_call_and_sees_its_worker_exit().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_current_thread_host_polling_in_place_answers_every_call_and_sees_its_worker_exit() {
+    polling_in_place_answers_every_call_and_sees_its_worker_exit().await;
+}
+
+async fn polling_in_place_answers_every_call_and_sees_its_worker_exit() {
     let window = Duration::from_millis(10);
     for transport in TRANSPORTS {
         let host = Host::builder(worker_bin())

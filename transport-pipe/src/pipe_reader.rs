@@ -149,7 +149,7 @@ fn refuses_nowait(err: Errno) -> bool {
 
 /// One read of at most `dst.len()` bytes that fails with `EAGAIN` rather than wait, even on a
 /// blocking description if `nowait`.
-fn read_now(fd: BorrowedFd<'_>, dst: &mut [u8], nowait: bool) -> io::Result<usize> {
+pub(crate) fn read_now(fd: BorrowedFd<'_>, dst: &mut [u8], nowait: bool) -> io::Result<usize> {
     loop {
         let read = if nowait {
             read_nowait(fd, dst)

@@ -362,13 +362,16 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             return false;
         };
         // Bytes join the decoder, an error is kept for `poll_recv`, and the end of the stream
-        // (a read of 0) is met again by `poll_recv`'s own read once the runtime sees it.
-        match rustix::io::read(fd, scratch_buffer(&mut self.scratch)) {
+        // (a read of 0) is met again by `poll_recv`'s own read once the runtime sees it. A
+        // blocking description (`with_blocking_read`) is read with `RWF_NOWAIT`, which the
+        // kernel honours there.
+        let dst = scratch_buffer(&mut self.scratch);
+        match crate::pipe_reader::read_now(fd.as_fd(), dst, self.wait_reads_block) {
             Ok(read) => {
                 self.keep_scratch(read);
                 true
             }
-            Err(Errno::AGAIN | Errno::INTR) => false,
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => false,
             Err(err) => {
                 self.deferred = Some(err.into());
                 true
@@ -377,8 +380,7 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
     }
 
     fn reads_now(&self) -> bool {
-        // A blocking description (`with_blocking_read`) would make the read wait.
-        self.direct_fd.is_some() && !self.wait_reads_block
+        self.direct_fd.is_some()
     }
 
     fn wait_blocking(&mut self) -> bool {

@@ -141,25 +141,45 @@ async fn a_receiver_not_made_to_read_now_never_does() {
     writer.write_all(&framed(b"waiting")).unwrap();
     assert!(!plain.reads_now());
     assert!(!plain.read_now());
-    // A blocking description (a worker's wait in the OS): a read could wait, so it does not.
-    let (read, write) = rustix::pipe::pipe().unwrap();
-    let blocking = StreamTransport::new(
-        PipeReader::new(read).unwrap(),
-        tokio::io::sink(),
-        StreamConfig::default(),
-    )
-    .with_blocking_read()
-    .unwrap();
-    let mut blocking = blocking.split().1;
-    std::fs::File::from(write)
-        .write_all(&framed(b"waiting"))
-        .unwrap();
-    // Where the kernel does not honour `RWF_NOWAIT` on pipes the description stays
-    // non-blocking, and reading now is safe again.
-    let left_blocking = kernel_honours_nowait_on_pipes().unwrap();
-    assert_eq!(blocking.reads_now(), !left_blocking);
-    assert_eq!(blocking.read_now(), !left_blocking);
-    // Both still give the frame through the runtime.
     assert_eq!(plain.recv().await.unwrap().unwrap().as_ref(), b"waiting");
-    assert_eq!(blocking.recv().await.unwrap().unwrap().as_ref(), b"waiting");
+}
+
+/// A blocking description (a worker's wait in the OS, `with_blocking_read`) is read now with
+/// `RWF_NOWAIT` where the kernel left it blocking because it honours that flag: an empty pipe
+/// answers at once, never waits. (Elsewhere the description stays non-blocking.)
+#[test]
+fn a_blocking_description_reads_now_without_waiting() {
+    let (read, write) = rustix::pipe::pipe().unwrap();
+    let (done, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _inside = runtime.enter();
+        let blocking = StreamTransport::new(
+            PipeReader::new(read).unwrap(),
+            tokio::io::sink(),
+            StreamConfig::default(),
+        )
+        .with_blocking_read()
+        .unwrap();
+        let mut blocking = blocking.split().1;
+        assert!(blocking.reads_now());
+        let empty = blocking.read_now();
+        std::fs::File::from(write)
+            .write_all(&framed(b"waiting"))
+            .unwrap();
+        let full = blocking.read_now();
+        let frame = runtime.block_on(blocking.recv()).unwrap().unwrap();
+        let _ = done.send((empty, full, frame.to_vec()));
+    });
+    let (empty, full, frame) = answered
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("a read now of an empty pipe waited");
+    assert!(!empty, "nothing written yet");
+    assert!(full, "the frame was there");
+    assert_eq!(frame, b"waiting");
+    // The kernel left it blocking (it honours `RWF_NOWAIT` on pipes), or this proves nothing.
+    assert!(kernel_honours_nowait_on_pipes().unwrap());
 }

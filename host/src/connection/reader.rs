@@ -320,9 +320,10 @@ pub(crate) async fn read_frames(
     budget: Arc<UpdateBudget>,
 ) {
     let mut raised = false;
-    let mut spin = live
-        .spin
-        .map(|window| ReaderSpin::new(window, Polling::for_reader(&*inlet.lock().receiver)));
+    let mut spin = live.spin.map(|window| {
+        let direct = live.lock().as_ref().is_some_and(|core| core.wire.direct);
+        ReaderSpin::new(window, Polling::for_reader(&*inlet.lock().receiver, direct))
+    });
     loop {
         let (ended, updates, in_hand) = {
             let mut state = inlet.lock();

@@ -151,9 +151,11 @@ pub(crate) async fn serve_on<T: Transport>(
         // A loop that owns its thread waits in the OS (one blocking `read`, or a `ppoll` and a
         // `read`, where a turn of the runtime would poll for events, turn its timers and
         // schedule this task). What came is taken by the `next_frame` arm below at once.
-        let idle = !spinning && quiet;
-        if idle && waits_on.as_ref().is_some_and(only_task_on) {
+        let alone = quiet && waits_on.as_ref().is_some_and(only_task_on);
+        if alone && !spinning {
             receiver.wait_blocking();
+        } else if let (true, true, Some(spin)) = (alone, spinning, spin.as_mut()) {
+            spin.in_place(&mut receiver);
         }
         tokio::select! {
             biased;
