@@ -373,7 +373,7 @@ impl<R: AsyncRead + Unpin + Send> FrameReceiver for StreamReceiver<R> {
             }
             Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => false,
             Err(err) => {
-                self.deferred = Some(err.into());
+                self.deferred = Some(err);
                 true
             }
         }
