@@ -11,7 +11,9 @@
 //! only whole frames already read, and the turn it takes is the reader's own (time first,
 //! each frame settled before the next, a liar cut off before the lock is released), under the
 //! same lock; anything it leaves (frames not yet handed over, updates to deliver, the end of
-//! the stream) it leaves to the reader, which it wakes.
+//! the stream) it leaves to the reader, which it wakes. In the low-latency mode, where the
+//! reader spins between turns instead of waiting, the caller's look polls in place for its
+//! answer (at most the spin window and a slice), so the answer needs no turn of the runtime.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -21,6 +23,7 @@ use airlock_protocol::transport::FrameReceiver;
 use bytes::Bytes;
 
 use super::reader::{take_buffered, take_turn, Received, Turned, ITEMS_IN_TURN, TURN_FRAMES};
+use super::reader_spin::IN_PLACE_SLICE;
 use super::{Live, Party, ReaderTurn};
 use crate::reply::Decoded;
 use crate::response::ResponseDecoding;
@@ -54,6 +57,9 @@ pub(super) struct State {
     /// cap raised and the low-latency mode off. Set by the reader as its wait begins, cleared
     /// by whoever takes the next turn.
     open: bool,
+    /// The frame cap is raised (the reader applied the handshake's outcome): before, a
+    /// worker's answer could be refused as too large.
+    pub(super) raised: bool,
     /// The reader's waker, as of its wait: a caller's turn that leaves it work wakes it.
     reader: Option<Waker>,
     looks: LookPolicy,
@@ -77,6 +83,7 @@ impl Inlet {
                 updates: Vec::new(),
                 ended: false,
                 open: false,
+                raised: false,
                 reader: None,
                 looks: LookPolicy::default(),
             }),
@@ -112,21 +119,32 @@ impl Inlet {
     /// A caller's look, just after it wrote its frame with no other call in flight: if the
     /// reader waits with nothing in hand and looks have been paying, one non-blocking read;
     /// whole frames it brings are taken through one turn, as the reader would. Never waits
-    /// for the lock or for input.
+    /// for the lock or for input. In the low-latency mode (`spin`), the look reads until a
+    /// frame comes, for at most the spin window and [`IN_PLACE_SLICE`], where the reader has
+    /// nothing in hand (it spins between turns, so it never waits open to callers).
     pub(crate) fn look(&self, live: &Live) {
-        let Ok(mut state) = self.state.try_lock() else {
+        let Ok(mut guard) = self.state.try_lock() else {
             // The reader (or another caller) is taking a turn, or a turn panicked.
             return;
         };
-        if !state.open || !state.looks.due() {
-            return;
-        }
-        let state = &mut *state;
-        let came = state.receiver.read_now();
-        if came {
-            take_buffered(&mut *state.receiver, &mut state.taken, 0);
-        }
-        state.looks.found(!state.taken.is_empty());
+        let state = &mut *guard;
+        let was_open = state.open;
+        let came = match live.spin {
+            None if state.open && state.looks.due() => {
+                let came = state.receiver.read_now();
+                if came {
+                    take_buffered(&mut *state.receiver, &mut state.taken, 0);
+                }
+                state.looks.found(!state.taken.is_empty());
+                came
+            }
+            Some(window) if state.raised && state.in_hand_nothing() && state.looks.due() => {
+                let came = state.spin_for_frames(window);
+                state.looks.found(!state.taken.is_empty());
+                came
+            }
+            _ => return,
+        };
         if !came {
             return;
         }
@@ -154,12 +172,34 @@ impl Inlet {
             state.wake_reader();
         } else {
             // Nothing left in hand: the reader still waits as it did.
-            state.open = true;
+            state.open = was_open;
         }
     }
 }
 
 impl State {
+    /// Nothing taken or to deliver, and the reader's work not over.
+    fn in_hand_nothing(&self) -> bool {
+        !self.ended && self.taken.is_empty() && self.updates.is_empty()
+    }
+
+    /// Reads until whole frames are taken, something else comes (part of a frame, the end
+    /// of the stream, an error), `window` or [`IN_PLACE_SLICE`] passes: whether anything came.
+    fn spin_for_frames(&mut self, window: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        let until = start + window.min(IN_PLACE_SLICE);
+        loop {
+            if self.receiver.read_now() {
+                take_buffered(&mut *self.receiver, &mut self.taken, 0);
+                return true;
+            }
+            std::hint::spin_loop();
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+        }
+    }
+
     fn poll_wait(&mut self, cx: &mut Context<'_>, open_to_callers: bool) -> Poll<()> {
         if self.ended || !self.taken.is_empty() || !self.updates.is_empty() {
             self.open = false;
@@ -343,6 +383,33 @@ mod tests {
             let mut answer = worker.call::<u64>(3, 1, Party::Supervisor);
             assert!(now_or_never(&mut answer).is_none());
             assert_eq!(pipe_of(&worker.pipe).direct_reads, 3);
+        });
+    }
+
+    /// In the low-latency mode the reader spins between its turns and never waits open to
+    /// callers; a caller that writes alone polls in place for its answer itself, and takes it
+    /// through the reader's own turn, once the frame cap is raised.
+    #[test]
+    fn in_the_low_latency_mode_a_caller_writing_alone_polls_for_its_answer_itself() {
+        runtime().block_on(async {
+            let window = Some(std::time::Duration::from_millis(50));
+            let worker = AnsweringWorker::with(true, window, true);
+            for key in 0..3u64 {
+                let mut answer = worker.call::<u64>(key, key + 10, Party::Caller);
+                assert_eq!(now_or_never(&mut answer), Some(Ok(key + 10)));
+            }
+            assert_eq!(pipe_of(&worker.pipe).direct_reads, 3);
+            assert_eq!(
+                pipe_of(&worker.pipe).runtime_reads,
+                0,
+                "the reader read one"
+            );
+            // Before the reader raised the frame cap (here it never will): no look.
+            let mut unraised = AnsweringWorker::with(true, window, false);
+            let mut answer = unraised.call::<u64>(0, 5, Party::Caller);
+            assert!(now_or_never(&mut answer).is_none());
+            assert_eq!(pipe_of(&unraised.pipe).direct_reads, 0, "a caller looked");
+            let _ = now_or_never(unraised.reader.as_mut());
         });
     }
 

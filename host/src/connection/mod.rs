@@ -261,7 +261,7 @@ impl Live {
             // `sendfile` from an empty socket into it, a read into a page whose fault nobody
             // serves), and a read of that pipe, non-blocking or not, would wait for the lock
             // on the caller's thread.
-            let look = (alone && self.spin.is_none() && settled.writes_now(by))
+            let look = (alone && settled.writes_now(by))
                 .then(|| core.inlet.clone())
                 .flatten();
             (settled, earlier, alone, look)

@@ -358,7 +358,9 @@ pub(crate) async fn read_frames(
                 max = &mut raise, if !raised => {
                     raised = true;
                     if let Ok(max) = max {
-                        inlet.lock().receiver.set_max_frame(max);
+                        let mut state = inlet.lock();
+                        state.receiver.set_max_frame(max);
+                        state.raised = true;
                     }
                     continue;
                 }

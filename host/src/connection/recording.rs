@@ -358,7 +358,13 @@ pub(super) struct AnsweringWorker {
 
 impl AnsweringWorker {
     pub(super) fn new(direct: bool) -> Self {
-        let live = Arc::new(Live::new(None));
+        Self::with(direct, None, false)
+    }
+
+    /// As [`new`](Self::new), in the low-latency mode with window `spin` if given, and if
+    /// `raise`, the reader told the frame cap the handshake raised, as a live one is.
+    pub(super) fn with(direct: bool, spin: Option<Duration>, raise: bool) -> Self {
+        let live = Arc::new(Live::new(spin));
         let (host, worker) = ready_sessions();
         let (receiver, pipe) = Piped::new();
         let worker = Arc::new(Mutex::new(worker));
@@ -373,8 +379,12 @@ impl AnsweringWorker {
         core.accepting = true;
         core.inlet = Some(Arc::clone(&inlet));
         *live.lock() = Some(core);
-        let (raise, raised) = oneshot::channel();
-        drop(raise);
+        let (raising, raised) = oneshot::channel();
+        if raise {
+            let _ = raising.send(u32::MAX);
+        } else {
+            drop(raising);
+        }
         let budget = UpdateBudget::new(Cost::default());
         let mut reader: Started = Box::pin(read_frames(
             Arc::clone(&inlet),
