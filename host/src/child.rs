@@ -187,63 +187,18 @@ fn exit_status(status: &rustix::process::WaitIdStatus) -> ExitStatus {
     ExitStatus::from_raw(raw)
 }
 
-/// The host's end of a worker's stderr: a Unix stream socket, never a pipe. A worker's write
-/// to a pipe holds the pipe's lock while it copies, and a worker can make that copy last
-/// seconds (SECURITY.md); the host's read of the pipe, on a runtime thread, would wait for
-/// the lock. The two ends of a socket share no lock.
-pub(crate) type StderrReader = tokio::net::UnixStream;
-
-/// A socket pair for a worker's stderr: the host's end, registered with the runtime, and the
-/// worker's, close-on-exec (the spawn places it at fd 2). The host's end refuses descriptors
-/// the worker would pass (its read would otherwise close them on the runtime's thread, where
-/// closing a pipe waits for its lock), and is shut for writing: the host never writes to it,
-/// and a worker reading its stderr sees the end of the stream. Must be called inside a tokio
-/// runtime.
-pub(crate) fn stderr_pair() -> io::Result<(StderrReader, std::os::fd::OwnedFd)> {
-    use std::os::fd::AsFd;
-    let (host, worker) = rustix::net::socketpair(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
-        None,
-    )?;
-    // The worker's end must block, as a program expects of its stderr.
-    rustix::io::ioctl_fionbio(&worker, false)?;
-    if !crate::sys::refuse_passed_descriptors(host.as_fd())? {
-        warn_no_passrights();
-    }
-    rustix::net::shutdown(&host, rustix::net::Shutdown::Write)?;
-    StderrReader::from_std(std::os::unix::net::UnixStream::from(host)).map(|host| (host, worker))
-}
-
-/// Once per process: this kernel cannot refuse passed descriptors (before Linux 6.16).
-fn warn_no_passrights() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        tracing::warn!(
-            target: "airlock::confinement",
-            "this kernel has no SO_PASSRIGHTS (Linux 6.16+): descriptors a worker passes on its \
-             stderr are discarded, but closed on the host's thread"
-        );
-    });
-}
-
 /// The host's ends of a worker's stdio: what it writes to the worker's stdin and reads from
 /// its stdout (on the pipe transport) and its stderr.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerStdio {
     pub(crate) stdin: Option<pipe::Sender>,
     pub(crate) stdout: Option<pipe::Receiver>,
-    pub(crate) stderr: Option<StderrReader>,
+    pub(crate) stderr: Option<pipe::Receiver>,
 }
 
 impl WorkerStdio {
-    /// Takes the piped stdin and stdout out of a child tokio forked, and `stderr`, the host's
-    /// end of its stderr.
-    pub(crate) fn take_from(
-        child: &mut tokio::process::Child,
-        stderr: StderrReader,
-    ) -> io::Result<Self> {
+    /// Takes the piped stdio out of a child tokio forked.
+    pub(crate) fn take_from(child: &mut tokio::process::Child) -> io::Result<Self> {
         Ok(Self {
             stdin: child
                 .stdin
@@ -255,7 +210,11 @@ impl WorkerStdio {
                 .take()
                 .map(|end| end.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
                 .transpose()?,
-            stderr: Some(stderr),
+            stderr: child
+                .stderr
+                .take()
+                .map(|end| end.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+                .transpose()?,
         })
     }
 }

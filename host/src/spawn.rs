@@ -45,7 +45,7 @@ pub(crate) struct Spawned {
     pub(crate) pidfd: Option<OwnedFd>,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
-    pub(crate) stderr: Option<crate::child::StderrReader>,
+    pub(crate) stderr: Option<pipe::Receiver>,
     /// A first frame already read while authenticating the peer (named sockets).
     pub(crate) hello: Option<Bytes>,
     /// The token the session must find in that `Hello` (named sockets).
@@ -82,16 +82,16 @@ fn reading_directly<R: std::os::fd::AsFd, W>(
 }
 
 /// Step 1, the command of a confined worker: its own process group, a cleared environment
-/// holding only what the caller added and what the confinement needs, `stderr` (the worker's
-/// end of its stderr pair) at fd 2. The confinement itself enters the working directory.
-fn base_command(settings: &Settings, prepared: &Prepared, stderr: OwnedFd) -> Command {
+/// holding only what the caller added and what the confinement needs, stderr captured. The
+/// confinement itself enters the working directory.
+fn base_command(settings: &Settings, prepared: &Prepared) -> Command {
     let mut command = Command::new(&prepared.program);
     command
         .args(&settings.args)
         .env_clear()
         .envs(settings.env.iter().map(|(k, v)| (k, v)))
         .envs(prepared.env.iter().map(|(k, v)| (k, v)))
-        .stderr(Stdio::from(stderr))
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     command
@@ -105,8 +105,7 @@ const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 /// looked up in the worker's own `PATH` (or the default) when its name has no `/`, the
 /// environment cleared then given the caller's variables and the channel's (a later value
 /// of a name replacing an earlier one), the working directory, and the stdio `wiring` asks
-/// for, stderr the worker's end of a socket pair (`child::stderr_pair`). Returns the host's
-/// ends of its stdio beside it.
+/// for, stderr piped. Returns the host's ends of the pipes beside it.
 fn exec_image(
     settings: &Settings,
     wiring: Wiring,
@@ -147,8 +146,8 @@ fn exec_image(
     } else {
         (dev_null()?, dev_null()?)
     };
-    let (host_end, stderr) = crate::child::stderr_pair()?;
-    host.stderr = Some(host_end);
+    let (host_end, stderr) = cloexec_pipe()?;
+    host.stderr = Some(pipe::Receiver::from_owned_fd(host_end)?);
     let image = crate::sys::ExecImage {
         programs,
         argv,
@@ -411,8 +410,7 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     let (mut plan, mut prepared) =
         crate::confinement::prepare(&settings.confinement, &inputs, namespaces)?;
     channel.admit(prepared.expected.uid)?;
-    let (stderr, worker_stderr) = crate::child::stderr_pair().map_err(SpawnError::Transport)?;
-    let mut command = base_command(settings, &prepared, worker_stderr);
+    let mut command = base_command(settings, &prepared);
     let channel_fd = channel.wiring()?.into_command(&mut command);
     if plan.namespaced {
         let channel_number = channel_fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
@@ -438,7 +436,7 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
         Ok(child) => child,
         Err(err) => return Err(explain_failure(settings, &prepared, err)),
     };
-    let stdio = WorkerStdio::take_from(&mut forked, stderr);
+    let stdio = WorkerStdio::take_from(&mut forked);
     let mut child = WorkerChild::Forked(forked);
     let mut stdio = match stdio {
         Ok(stdio) => stdio,

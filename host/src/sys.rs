@@ -577,43 +577,6 @@ fn default_handled_signals() {
     }
 }
 
-/// `SO_PASSRIGHTS` (Linux 6.16+); `libc` does not name it yet. The kernel's numbers
-/// (`asm-generic/socket.h`, and SPARC's own).
-#[cfg(not(any(target_arch = "sparc", target_arch = "sparc64")))]
-const SO_PASSRIGHTS: libc::c_int = 83;
-#[cfg(any(target_arch = "sparc", target_arch = "sparc64"))]
-const SO_PASSRIGHTS: libc::c_int = 92;
-
-/// Turns `SO_PASSRIGHTS` off on `socket`: a peer's `sendmsg` with `SCM_RIGHTS` then fails
-/// with `EPERM` and nothing of it is queued. `Ok(false)` where the kernel predates the option.
-/// (The socket transports have the same call in `airlock-transport-socket`; this crate needs
-/// it without that optional dependency.)
-pub(crate) fn refuse_passed_descriptors(
-    socket: std::os::fd::BorrowedFd<'_>,
-) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let off: libc::c_int = 0;
-    // SAFETY: `socket` is borrowed for the duration of the call; `off` is a readable int and
-    // the length passed is its size, as the option takes.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_PASSRIGHTS,
-            (&off as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ENOPROTOOPT) => Ok(false),
-        _ => Err(err),
-    }
-}
-
 /// Registers `pidfd` with the current runtime's reactor, to learn when its process ends;
 /// gives it back with the reason if that fails. Must run inside a tokio runtime.
 pub(crate) fn register_pidfd(
