@@ -193,7 +193,8 @@ fn exit_status(status: &rustix::process::WaitIdStatus) -> ExitStatus {
 pub(crate) struct WorkerStdio {
     pub(crate) stdin: Option<pipe::Sender>,
     pub(crate) stdout: Option<pipe::Receiver>,
-    pub(crate) stderr: Option<pipe::Receiver>,
+    /// The host's end of the worker's stderr pipe, read on a thread of its own.
+    pub(crate) stderr: Option<std::os::fd::OwnedFd>,
 }
 
 impl WorkerStdio {
@@ -213,7 +214,7 @@ impl WorkerStdio {
             stderr: child
                 .stderr
                 .take()
-                .map(|end| end.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+                .map(tokio::process::ChildStderr::into_owned_fd)
                 .transpose()?,
         })
     }

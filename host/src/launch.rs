@@ -7,11 +7,11 @@ use std::time::Duration;
 use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_transport_pipe::StreamTransport;
 use airlock_worker::Worker;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
 use crate::stats::Counters;
+use crate::stderr::StderrRelay;
 use crate::{ExitInfo, SpawnError};
 
 /// Bytes buffered in each direction of an in-process worker's stream.
@@ -41,21 +41,6 @@ pub(crate) struct Launched {
     pub(crate) stderr: Option<StderrRelay>,
     /// What the worker was verified to run under.
     pub(crate) confinement: crate::ConfinementReport,
-}
-
-/// The task relaying a worker's stderr, and the switch that tells it the worker is gone.
-pub(crate) struct StderrRelay {
-    pub(crate) task: JoinHandle<()>,
-    pub(crate) stop: Option<oneshot::Sender<()>>,
-}
-
-impl StderrRelay {
-    /// Tells the relay the worker is gone: it logs what is buffered and ends.
-    pub(crate) fn worker_gone(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }
 
 /// What runs the worker's code. One per worker, so the variants' size difference is moot.
@@ -93,22 +78,25 @@ impl Launcher {
         match self {
             Launcher::Process => {
                 counters.stderr_tail.clear();
-                let spawned = crate::spawn::spawn(settings).await?;
-                let stderr = spawned.stderr.map(|stderr| {
-                    let (stop, stopped) = oneshot::channel();
-                    let task = tokio::spawn(crate::stderr::relay(
+                let mut spawned = crate::spawn::spawn(settings).await?;
+                let stderr = match spawned.stderr.take().map(|stderr| {
+                    StderrRelay::start(
                         stderr,
                         format!("{}[{}]", settings.label, spawned.pid),
                         settings.stderr,
                         Arc::clone(&counters.stderr_dropped),
                         Arc::clone(&counters.stderr_tail),
-                        stopped,
-                    ));
-                    StderrRelay {
-                        task,
-                        stop: Some(stop),
+                    )
+                }) {
+                    None => None,
+                    Some(Ok(relay)) => Some(relay),
+                    Some(Err(err)) => {
+                        // No thread to read it (the process is out of threads): the worker
+                        // is not kept without one.
+                        spawned.kill().await;
+                        return Err(SpawnError::Transport(err));
                     }
-                });
+                };
                 Ok(Launched {
                     process: WorkerProcess::Child {
                         child: spawned.child,

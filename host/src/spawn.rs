@@ -45,7 +45,8 @@ pub(crate) struct Spawned {
     pub(crate) pidfd: Option<OwnedFd>,
     pub(crate) sender: Box<dyn FrameSender>,
     pub(crate) receiver: Box<dyn FrameReceiver>,
-    pub(crate) stderr: Option<pipe::Receiver>,
+    /// The host's end of the worker's stderr pipe, for its relay (`stderr::StderrRelay`).
+    pub(crate) stderr: Option<OwnedFd>,
     /// A first frame already read while authenticating the peer (named sockets).
     pub(crate) hello: Option<Bytes>,
     /// The token the session must find in that `Hello` (named sockets).
@@ -54,6 +55,19 @@ pub(crate) struct Spawned {
     pub(crate) confinement: ConfinementReport,
     /// Its cgroup, if it has one of its own.
     pub(crate) cgroup: Option<crate::confinement::WorkerCgroup>,
+}
+
+impl Spawned {
+    /// Kills the worker and reaps the host's child: without namespaces the worker is that
+    /// child and leads its process group, which is killed; with them the child is its keeper,
+    /// whose death takes the worker's PID namespace.
+    pub(crate) async fn kill(mut self) {
+        if self.pidfd.is_none() {
+            crate::launch::kill_group(self.pid);
+        }
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
 }
 
 /// The stream settings for a new worker's channel. Frames are capped at the handshake's
@@ -147,7 +161,7 @@ fn exec_image(
         (dev_null()?, dev_null()?)
     };
     let (host_end, stderr) = cloexec_pipe()?;
-    host.stderr = Some(pipe::Receiver::from_owned_fd(host_end)?);
+    host.stderr = Some(host_end);
     let image = crate::sys::ExecImage {
         programs,
         argv,
@@ -425,9 +439,15 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     }
     let set_up: crate::sys::SetUp = Box::new(move || plan.run());
     crate::sys::prepare_child(&mut command, Some(set_up), channel_fd);
-    // Counted on the thread that forks: the worker inherits its filters (a container's).
+    // Counted on the thread that forks: the worker inherits its filters (a container's). Again
+    // after the fork, the larger count kept: a filter the host's own code adds to every thread
+    // meanwhile (`TSYNC`) is never taken for the worker's.
     let (inherited, spawned) = crate::spawner::run(move || {
-        crate::confinement::filters_of_this_thread().map(|inherited| (inherited, command.spawn()))
+        crate::confinement::filters_of_this_thread().map(|before| {
+            let spawned = command.spawn();
+            let after = crate::confinement::filters_of_this_thread().unwrap_or(before);
+            (before.max(after), spawned)
+        })
     })
     .await
     .map_err(SpawnError::Spawner)??;

@@ -1,4 +1,4 @@
-//! Relaying a worker's stderr into `tracing`, bounded.
+//! Relaying a worker's stderr into `tracing`, bounded, on a thread of its own.
 //!
 //! Read in fixed chunks and split on newlines; each line is cut at `max_line` bytes and every
 //! character that could forge or hide log text (controls, line separators, bidi and invisible
@@ -6,16 +6,28 @@
 //! beyond `max_lines_per_second` are dropped and counted. The pipe is always drained, so a
 //! flooding worker never stalls and never grows the host's memory.
 //!
+//! The pipe is read on a thread of its own, never on the runtime's: a worker's write to the
+//! pipe holds the pipe's lock while it copies, a worker can hold it in the kernel (a `splice`
+//! from an empty socket into the pipe, where no filter refuses it) or make the copy last
+//! seconds (SECURITY.md), and a read of the pipe waits for that lock. Only this thread waits;
+//! the runtime, the worker's deadlines and every other worker go on. (A Unix socket would share
+//! no lock, but `/dev/stderr` cannot be opened on one, and before Linux 6.16 a descriptor
+//! passed over it would be closed by the reader.)
+//!
 //! When the worker is gone the relay is told to stop: it logs what is already in the pipe and
-//! ends, without waiting for more. A grandchild that escaped the worker's process group may
-//! still hold the pipe; it must not keep a host task and descriptor, or the host's log.
+//! ends, without waiting for more, within [`STOPPING_AT_MOST`]. A grandchild that escaped the
+//! worker's process group may still hold the pipe; it must not keep a host thread and
+//! descriptor, or the host's log. One that holds the pipe's lock in the kernel for good (only
+//! an unconfined one can) keeps this thread until it lets go.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 use tokio::sync::oneshot;
 
 use crate::config::StderrPolicy;
@@ -65,71 +77,182 @@ impl StderrTail {
     }
 }
 
-/// Relays `stderr` until it ends. `dropped` counts lines not relayed (over rate or length);
-/// `tail` keeps the last lines whether relayed or not.
-pub(crate) async fn relay<R: AsyncRead + Unpin>(
-    mut stderr: R,
+/// A worker's stderr relay: the switch that tells its thread the worker is gone, and word
+/// of the thread's end.
+pub(crate) struct StderrRelay {
+    /// Dropped when the worker is gone: the thread sees its pipe's end.
+    stop: Option<OwnedFd>,
+    ended: oneshot::Receiver<()>,
+}
+
+impl StderrRelay {
+    /// Starts relaying `stderr` (the host's end of the worker's stderr pipe) on a thread of its
+    /// own, under `label`. `dropped` counts lines not relayed (over rate or length); `tail`
+    /// keeps the last lines whether relayed or not. Lines go to the `tracing` dispatcher of
+    /// the calling thread.
+    pub(crate) fn start(
+        stderr: OwnedFd,
+        label: String,
+        policy: StderrPolicy,
+        dropped: Arc<AtomicU64>,
+        tail: Arc<StderrTail>,
+    ) -> std::io::Result<Self> {
+        rustix::fs::fcntl_setfl(&stderr, rustix::fs::OFlags::NONBLOCK)?;
+        let (stopped, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (end, ended) = oneshot::channel();
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let mut lines = Lines::new(label, policy, dropped, tail);
+        std::thread::Builder::new()
+            .name("airlock-stderr".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    relay(&stderr, &stopped, &mut lines);
+                    lines.finish();
+                });
+                drop(stderr);
+                let _ = end.send(());
+            })?;
+        Ok(Self {
+            stop: Some(stop),
+            ended,
+        })
+    }
+
+    /// Tells the relay the worker is gone: it logs what is buffered and ends.
+    pub(crate) fn worker_gone(&mut self) {
+        self.stop = None;
+    }
+
+    /// Resolves once the relay's thread has ended (or was lost).
+    pub(crate) async fn ended(&mut self) {
+        let _ = (&mut self.ended).await;
+    }
+}
+
+/// The relay thread's stack: it holds a few small values (the chunk read is on the heap).
+const THREAD_STACK: usize = 64 * 1024;
+
+/// Once the worker is gone, the longest the relay goes on reading what a worker's escaped
+/// descendants keep writing.
+const STOPPING_AT_MOST: Duration = Duration::from_millis(100);
+
+/// Reads `stderr` into `lines` until it ends, or until `stopped` (the read end of the stop
+/// switch) says the worker is gone and nothing more comes within [`LAST_LINES_WAIT`] (and at
+/// most [`STOPPING_AT_MOST`]).
+fn relay(stderr: &OwnedFd, stopped: &OwnedFd, lines: &mut Lines) {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut stopping_until: Option<Instant> = None;
+    loop {
+        let (ready, stop) = match stopping_until {
+            None => {
+                let mut fds = [
+                    PollFd::new(stderr, PollFlags::IN),
+                    PollFd::new(stopped, PollFlags::IN),
+                ];
+                match poll(&mut fds, None) {
+                    Ok(_) => (!fds[0].revents().is_empty(), !fds[1].revents().is_empty()),
+                    Err(Errno::INTR) => continue,
+                    Err(_) => return,
+                }
+            }
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                let Ok(wait) = Timespec::try_from(left.min(LAST_LINES_WAIT)) else {
+                    return;
+                };
+                if left.is_zero() {
+                    return;
+                }
+                let mut fds = [PollFd::new(stderr, PollFlags::IN)];
+                match poll(&mut fds, Some(&wait)) {
+                    Ok(0) => return,
+                    Ok(_) => (true, false),
+                    Err(Errno::INTR) => continue,
+                    Err(_) => return,
+                }
+            }
+        };
+        if stop && stopping_until.is_none() {
+            stopping_until = Some(Instant::now() + STOPPING_AT_MOST);
+        }
+        if !ready {
+            continue;
+        }
+        match rustix::io::read(stderr, &mut chunk) {
+            Ok(0) => return,
+            Ok(read) => lines.take(chunk.get(..read).unwrap_or_default()),
+            Err(Errno::AGAIN | Errno::INTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The relay's line state: the line being read, the rate window, and where lines go.
+struct Lines {
     label: String,
     policy: StderrPolicy,
     dropped: Arc<AtomicU64>,
     tail: Arc<StderrTail>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let mut stopping = false;
-    let mut chunk = vec![0u8; CHUNK];
-    let mut line: Vec<u8> = Vec::with_capacity(policy.max_line.min(CHUNK));
-    let mut truncated = false;
-    let mut window_start = Instant::now();
-    let mut in_window = 0u32;
-    loop {
-        let read = if stopping {
-            // Take what is already buffered: a read that finds nothing within a few
-            // milliseconds ends the relay. (Not "the first Pending": that can also mean the
-            // runtime's task budget ran out, or the data's wake-up is still on its way.)
-            match tokio::time::timeout(LAST_LINES_WAIT, stderr.read(&mut chunk)).await {
-                Ok(read) => read,
-                Err(_) => break,
-            }
-        } else {
-            tokio::select! {
-                read = stderr.read(&mut chunk) => read,
-                _ = &mut stop => {
-                    stopping = true;
-                    continue;
-                }
-            }
-        };
-        let read = match read {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        for &byte in chunk.iter().take(read) {
+    line: Vec<u8>,
+    truncated: bool,
+    window_start: Instant,
+    in_window: u32,
+}
+
+impl Lines {
+    fn new(
+        label: String,
+        policy: StderrPolicy,
+        dropped: Arc<AtomicU64>,
+        tail: Arc<StderrTail>,
+    ) -> Self {
+        Self {
+            line: Vec::with_capacity(policy.max_line.min(CHUNK)),
+            label,
+            policy,
+            dropped,
+            tail,
+            truncated: false,
+            window_start: Instant::now(),
+            in_window: 0,
+        }
+    }
+
+    /// Takes bytes read: each whole line is kept in the tail and relayed within the rate.
+    fn take(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
             if byte != b'\n' {
-                if line.len() < policy.max_line {
-                    line.push(byte);
+                if self.line.len() < self.policy.max_line {
+                    self.line.push(byte);
                 } else {
-                    truncated = true;
+                    self.truncated = true;
                 }
                 continue;
             }
-            tail.push(&line);
-            if window_start.elapsed() >= Duration::from_secs(1) {
-                window_start = Instant::now();
-                in_window = 0;
+            self.tail.push(&self.line);
+            if self.window_start.elapsed() >= Duration::from_secs(1) {
+                self.window_start = Instant::now();
+                self.in_window = 0;
             }
-            if in_window < policy.max_lines_per_second {
-                in_window += 1;
-                emit(&label, &line, truncated);
+            if self.in_window < self.policy.max_lines_per_second {
+                self.in_window += 1;
+                emit(&self.label, &self.line, self.truncated);
             } else {
-                dropped.fetch_add(1, Ordering::Relaxed);
+                self.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            line.clear();
-            truncated = false;
+            self.line.clear();
+            self.truncated = false;
         }
     }
-    if !line.is_empty() {
-        tail.push(&line);
-        emit(&label, &line, truncated);
+
+    /// The stream is over: a last line without its newline is kept and relayed.
+    fn finish(&mut self) {
+        if !self.line.is_empty() {
+            self.tail.push(&self.line);
+            emit(&self.label, &self.line, self.truncated);
+            self.line.clear();
+        }
     }
 }
 

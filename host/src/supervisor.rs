@@ -556,10 +556,8 @@ impl Supervisor {
             // The worker is reaped: the relay logs what is buffered and ends. A grandchild
             // that escaped the process group may still hold the pipe; it gets nothing more.
             relay.worker_gone();
-            let drained = tokio::time::timeout(STDERR_DRAIN, &mut relay.task);
-            if self.intake().until(drained).await.is_err() {
-                relay.task.abort();
-            }
+            let drained = tokio::time::timeout(STDERR_DRAIN, relay.ended());
+            let _ = self.intake().until(drained).await;
         }
         if let WorkerProcess::Task { .. } = process {
             let reaped = process.kill_and_reap(REAP_TIMEOUT);

@@ -698,6 +698,15 @@ fn misbehave(rogue: &mut Rogue, scenario: &str, call: &Received) {
             rogue.answer(call);
             std::thread::spawn(pipe_lock::hold_output);
         }
+        "hold_stderr_lock" => {
+            // Answers this call, then fills part of its stderr and at once tries to hold its
+            // pipe in the kernel (a `splice` from an empty socket into it): a relay that
+            // reads the pipe in chunks meets the held lock on its next read, and sleeps there
+            // until this process dies. Marks `armed` just before that splice, or why it cannot
+            // make one.
+            rogue.answer(call);
+            std::thread::spawn(pipe_lock::hold_stderr);
+        }
         "stall_read_in_kernel" => {
             // The host's next bytes are read into a page whose fault nobody serves: the
             // `read(2)` sleeps inside the kernel holding the pipe's lock, and every `write(2)`
@@ -1029,12 +1038,27 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A `splice` that never ends, into fd 1 (the channel's output pipe), holding its lock.
+/// A `splice` that never ends, into fd 1 (the channel's output pipe) or fd 2 (stderr),
+/// holding its lock where it is a pipe.
 #[allow(unsafe_code)]
 mod pipe_lock {
+    use std::io::Write as _;
+
     use super::mark_with;
 
     pub(super) fn hold_output() {
+        hold(1);
+    }
+
+    /// Writes more than one read of the host's relay takes (8 KiB), so that the relay reads
+    /// again without waiting to be woken, then holds fd 2.
+    pub(super) fn hold_stderr() {
+        let line = format!("{}\n", "s".repeat(99));
+        let _ = std::io::stderr().write_all(line.repeat(320).as_bytes());
+        hold(2);
+    }
+
+    fn hold(fd: libc::c_int) {
         let mut pair = [0 as libc::c_int; 2];
         let null = std::ptr::null_mut();
         // SAFETY: plain system calls on a local array and descriptors this function owns.
@@ -1044,7 +1068,7 @@ mod pipe_lock {
                 return mark_with(format!("no hold: socketpair: {err}").as_bytes());
             }
             // A first splice that does not wait says whether the filter allows them at all.
-            if libc::splice(pair[0], null, 1, null, 1, libc::SPLICE_F_NONBLOCK) < 0 {
+            if libc::splice(pair[0], null, fd, null, 1, libc::SPLICE_F_NONBLOCK) < 0 {
                 let err = std::io::Error::last_os_error();
                 if err.raw_os_error() != Some(libc::EAGAIN) {
                     return mark_with(format!("no hold: splice: {err}").as_bytes());
@@ -1052,7 +1076,7 @@ mod pipe_lock {
             }
             mark_with(b"armed");
             // Nobody ever writes to the other end: this sleeps until the process dies.
-            libc::splice(pair[0], null, 1, null, 1, 0);
+            libc::splice(pair[0], null, fd, null, 1, 0);
         }
     }
 }

@@ -1,0 +1,137 @@
+//! A worker's stderr is a pipe, and a worker can hold a pipe's lock in the kernel (a `splice`
+//! from an empty socket into it, where no filter refuses it) or make a copy into it last
+//! seconds (SECURITY.md); a read of the pipe waits for that lock. The host reads a worker's
+//! stderr on a thread of its own, so only that thread waits: the runtime, every deadline and
+//! the next call go on, even on a current-thread runtime.
+
+use std::time::Duration;
+
+use airlock_host::{CallError, Confinement, Host};
+use airlock_tests::e2e::{fast_restarts, rogue_bin, soon, wait_until, ScratchDir};
+
+airlock_host::method!(
+    /// The rogue's honest `echo` on a `u64`.
+    pub U64Echo, "echo", u64 => u64
+);
+
+/// What the rogue marked after trying to hold its stderr (`armed` just before a `splice` that
+/// would hold a pipe's lock, or why it could not make one) and what the next call, due in
+/// 1.5 s, heard, on a current-thread runtime with the worker unconfined (nothing refuses its
+/// `splice`). Run on a thread of its own and given up after 20 s: a host stuck in the kernel
+/// never returns.
+fn next_call_after_a_stderr_hold() -> Option<(String, Result<u64, CallError>)> {
+    let (done, outcome) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let dir = ScratchDir::new("stderr-lock");
+        let mark = dir.join("mark");
+        let heard = runtime.block_on(async {
+            let host = Host::builder(rogue_bin())
+                .confinement(Confinement::none())
+                .arg("hold_stderr_lock")
+                .env("ROGUE_MARK", &mark)
+                .restart_policy(fast_restarts(0))
+                .spawn()
+                .await
+                .expect("the rogue completes its handshake");
+            assert_eq!(
+                host.call_with_deadline::<U64Echo>(&1, soon(5000)).await,
+                Ok(1)
+            );
+            wait_until("the rogue's mark", Duration::from_secs(5), || {
+                std::fs::metadata(&mark).is_ok()
+            })
+            .await;
+            if std::fs::read_to_string(&mark).is_ok_and(|marked| marked == "armed") {
+                // The attack is live only if the splice really sleeps, holding the lock.
+                let pid = host.worker_pid().expect("a worker process");
+                wait_until(
+                    "the rogue's splice to sleep on its socket",
+                    Duration::from_secs(5),
+                    || in_a_task_of(pid, "unix_stream_read"),
+                )
+                .await;
+            }
+            // Time for the relay to meet the held lock.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let next = host.call_with_deadline::<U64Echo>(&2, soon(1500)).await;
+            host.shutdown().await;
+            (std::fs::read_to_string(&mark).unwrap_or_default(), next)
+        });
+        let _ = done.send(heard);
+    });
+    match outcome.recv_timeout(Duration::from_secs(20)) {
+        Ok(heard) => Some(heard),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        // The thread panicked (an assertion of its own): its panic is the test's.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread ended without its outcome"),
+        },
+    }
+}
+
+/// Whether a thread of process `pid` sleeps in the kernel function `wchan`.
+fn in_a_task_of(pid: u32, wchan: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|task| {
+            std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|at| at.contains(wchan))
+        })
+}
+
+/// The hold is live: a read of a pipe sleeps while a `splice` holds its lock (shown on a pipe
+/// of this test's own), and the unconfined rogue makes that splice into its stderr pipe and
+/// sleeps in it. The host's relay meets the lock on its own thread: the next call, due in
+/// 1.5 s on a current-thread runtime, is answered. With the relay a task on the runtime's
+/// thread, the host slept behind the lock for good and this test gave up after 20 s.
+#[test]
+fn a_worker_cannot_hold_its_stderr_against_the_hosts_relay() {
+    assert!(
+        a_splice_holds_a_pipe_against_its_reader(),
+        "the attack is not live: a read of the pipe went through"
+    );
+    let (marked, next) =
+        next_call_after_a_stderr_hold().expect("the host hung behind the worker's stderr");
+    assert_eq!(marked, "armed", "the attack is not live: {marked}");
+    assert_eq!(next, Ok(2));
+}
+
+/// Whether a non-blocking read of a pipe with data in it still sleeps while a `splice` from an
+/// empty socket into the pipe waits: the read is made on a thread of its own and is still
+/// asleep after a second.
+fn a_splice_holds_a_pipe_against_its_reader() -> bool {
+    use std::os::fd::AsFd;
+    // The read end alone non-blocking: a `splice` into a non-blocking pipe does not wait.
+    let (read, write) = rustix::pipe::pipe().expect("pipe");
+    rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).expect("non-blocking read end");
+    rustix::io::write(&write, b"x").expect("a byte in the pipe");
+    let (empty, _peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+    // Holds the pipe's lock until `_peer` or the socket is closed: never, here, until the
+    // test process ends, which is the point.
+    std::thread::spawn(move || {
+        let _ = rustix::pipe::splice(
+            empty.as_fd(),
+            None,
+            write.as_fd(),
+            None,
+            1,
+            rustix::pipe::SpliceFlags::empty(),
+        );
+        drop((empty, write));
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let (done, read_ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = rustix::io::read(&read, &mut [0u8; 8]);
+        let _ = done.send(());
+    });
+    let held = read_ended.recv_timeout(Duration::from_secs(1)).is_err();
+    std::mem::forget(_peer);
+    held
+}
