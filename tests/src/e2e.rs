@@ -340,6 +340,84 @@ pub async fn call_pid(host: &airlock_host::Host) -> Result<u32, airlock_host::Ca
 }
 
 airlock_host::method!(
+    /// The `rogue-worker`'s honest `echo` on a `u64`.
+    pub RogueEcho, "echo", u64 => u64
+);
+
+/// Whether a thread of process `pid` sleeps in the kernel function `wchan` (a prefix of it).
+pub fn sleeps_in(pid: u32, wchan: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|task| {
+            std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|at| at.contains(wchan))
+        })
+}
+
+/// Runs `work` on a thread of its own and gives its outcome, or `None` if it has not ended
+/// within `limit` (a host stuck in the kernel never returns; the thread is left behind). A
+/// panic in `work` is the caller's.
+pub fn within<T: Send + 'static>(
+    limit: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (done, outcome) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let _ = done.send(work());
+    });
+    match outcome.recv_timeout(limit) {
+        Ok(outcome) => Some(outcome),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the thread ended without its outcome"),
+        },
+    }
+}
+
+/// Spawns the rogue `builder` describes playing `scenario`, its evidence written to `mark`;
+/// makes one call, which a striking rogue answers before it strikes; and waits for the mark.
+/// Where the rogue marked `armed`, also waits for one of its threads to sleep in the kernel
+/// in `wchan` (the attack is live only then). Gives the host and what the rogue marked.
+pub async fn rogue_struck(
+    builder: airlock_host::HostBuilder,
+    scenario: &str,
+    mark: &std::path::Path,
+    wchan: &str,
+) -> (airlock_host::Host, String) {
+    let host = builder
+        .arg(scenario)
+        .env("ROGUE_MARK", mark)
+        .restart_policy(fast_restarts(0))
+        .spawn()
+        .await
+        .expect("the rogue completes its handshake");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    assert_eq!(
+        host.call_with_deadline::<RogueEcho>(&1, deadline).await,
+        Ok(1)
+    );
+    wait_until(
+        "the rogue's mark",
+        std::time::Duration::from_secs(5),
+        || std::fs::metadata(mark).is_ok(),
+    )
+    .await;
+    let marked = std::fs::read_to_string(mark).unwrap_or_default();
+    if marked == "armed" {
+        let pid = host.worker_pid().expect("a worker process");
+        wait_until(
+            &format!("a thread of the rogue to sleep in {wchan}"),
+            std::time::Duration::from_secs(5),
+            || sleeps_in(pid, wchan),
+        )
+        .await;
+    }
+    (host, marked)
+}
+
+airlock_host::method!(
     /// The `rogue-worker`'s `misbehave` method (in its `chaos` mode): the request names the
     /// scenario to play.
     pub Misbehave, "misbehave", String => ()

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_host::{Host, TransportChoice};
-use airlock_tests::e2e::{fast_restarts, pin_to_one_cpu, rogue_bin, soon};
+use airlock_tests::e2e::{fast_restarts, pin_to_one_cpu, rogue_bin, rogue_struck, soon, within};
 
 airlock_host::method!(
     /// The rogue's honest `echo` on a `u64`.
@@ -219,8 +219,7 @@ fn answers_of_every_size_over_every_transport_arrive_whole() {
 fn next_call_after_a_pipe_lock_hold(
     confined: bool,
 ) -> Option<(Result<u64, airlock_host::CallError>, String)> {
-    let (done, outcome) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
+    within(std::time::Duration::from_secs(20), move || {
         let runtime = if confined {
             pin_to_one_cpu();
             current_thread()
@@ -233,64 +232,19 @@ fn next_call_after_a_pipe_lock_hold(
         };
         let dir = airlock_tests::e2e::ScratchDir::new("pipe-lock");
         let mark = dir.join("mark");
-        let heard = runtime.block_on(async {
+        runtime.block_on(async {
             let builder = if confined {
                 airlock_tests::e2e::rogue_host_in(&dir)
             } else {
                 Host::builder(rogue_bin()).confinement(airlock_host::Confinement::none())
             };
-            let host = builder
-                .arg("hold_output_pipe_lock")
-                .env("ROGUE_MARK", &mark)
-                .restart_policy(fast_restarts(0))
-                .spawn()
-                .await
-                .expect("the rogue completes its handshake");
-            assert_eq!(
-                host.call_with_deadline::<U64Echo>(&1, soon(5000)).await,
-                Ok(1)
-            );
-            airlock_tests::e2e::wait_until(
-                "the rogue's mark",
-                std::time::Duration::from_secs(5),
-                || std::fs::metadata(&mark).is_ok(),
-            )
-            .await;
-            let marked = std::fs::read_to_string(&mark).unwrap_or_default();
-            if marked == "armed" {
-                // The attack is live only if the splice really sleeps, holding the lock.
-                let pid = host.worker_pid().expect("a worker process");
-                airlock_tests::e2e::wait_until(
-                    "the rogue's splice to sleep on its socket",
-                    std::time::Duration::from_secs(5),
-                    || {
-                        std::fs::read_dir(format!("/proc/{pid}/task"))
-                            .into_iter()
-                            .flatten()
-                            .flatten()
-                            .any(|task| {
-                                std::fs::read_to_string(task.path().join("wchan"))
-                                    .is_ok_and(|wchan| wchan.contains("unix_stream_read"))
-                            })
-                    },
-                )
-                .await;
-            }
+            let (host, marked) =
+                rogue_struck(builder, "hold_output_pipe_lock", &mark, "unix_stream_read").await;
             let next = host.call_with_deadline::<U64Echo>(&2, soon(1500)).await;
             host.shutdown().await;
             (next, marked)
-        });
-        let _ = done.send(heard);
-    });
-    match outcome.recv_timeout(std::time::Duration::from_secs(20)) {
-        Ok(heard) => Some(heard),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-        // The thread panicked (an assertion of its own): its panic is the test's.
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the thread ended without its outcome"),
-        },
-    }
+        })
+    })
 }
 
 /// A worker that holds its output pipe's lock in the kernel (a `splice` from an empty socket

@@ -539,28 +539,15 @@ fn a_filter_the_host_runs_under_is_never_taken_for_the_workers_own() {
         assert_eq!(report.seccomp_filters, 1 + 2, "{report:?}");
         assert!(!report.worker_filter, "{report:?}");
 
-        let spawned = python_host_confined(
-            &python,
-            &script,
-            TransportChoice::Pipe,
-            None,
-            Confinement::strict().require_worker_filter(),
-        )
-        .spawn()
-        .await;
-        match spawned {
-            Err(SpawnError::Confinement(_)) => {}
-            Err(other) => panic!("expected a confinement refusal, got {other}"),
-            Ok(_) => panic!("a filter the host inherited was taken for the worker's own"),
-        }
+        refused_for_want_of_its_own_filter(&python).await;
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_that_requires_the_workers_own_filter_refuses_the_python_worker() {
-    let Some(python) = python() else { return };
+/// Spawns the example worker (which installs no filter of its own) under a policy that
+/// requires one, and checks that it is refused.
+async fn refused_for_want_of_its_own_filter(python: &Python) {
     let spawned = python_host_confined(
-        &python,
+        python,
         &sdk_dir().join("example_worker.py"),
         TransportChoice::Pipe,
         None,
@@ -573,4 +560,10 @@ async fn a_host_that_requires_the_workers_own_filter_refuses_the_python_worker()
         Err(other) => panic!("expected a confinement refusal, got {other}"),
         Ok(_) => panic!("a worker without its own filter was accepted"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_requires_the_workers_own_filter_refuses_the_python_worker() {
+    let Some(python) = python() else { return };
+    refused_for_want_of_its_own_filter(&python).await;
 }

@@ -7,12 +7,7 @@
 use std::time::Duration;
 
 use airlock_host::{CallError, Confinement, Host};
-use airlock_tests::e2e::{fast_restarts, rogue_bin, soon, wait_until, ScratchDir};
-
-airlock_host::method!(
-    /// The rogue's honest `echo` on a `u64`.
-    pub U64Echo, "echo", u64 => u64
-);
+use airlock_tests::e2e::{rogue_bin, rogue_struck, soon, within, RogueEcho, ScratchDir};
 
 /// What the rogue marked after trying to hold its stderr (`armed` just before a `splice` that
 /// would hold a pipe's lock, or why it could not make one) and what the next call, due in
@@ -20,69 +15,24 @@ airlock_host::method!(
 /// `splice`). Run on a thread of its own and given up after 20 s: a host stuck in the kernel
 /// never returns.
 fn next_call_after_a_stderr_hold() -> Option<(String, Result<u64, CallError>)> {
-    let (done, outcome) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
+    within(Duration::from_secs(20), || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         let dir = ScratchDir::new("stderr-lock");
         let mark = dir.join("mark");
-        let heard = runtime.block_on(async {
-            let host = Host::builder(rogue_bin())
-                .confinement(Confinement::none())
-                .arg("hold_stderr_lock")
-                .env("ROGUE_MARK", &mark)
-                .restart_policy(fast_restarts(0))
-                .spawn()
-                .await
-                .expect("the rogue completes its handshake");
-            assert_eq!(
-                host.call_with_deadline::<U64Echo>(&1, soon(5000)).await,
-                Ok(1)
-            );
-            wait_until("the rogue's mark", Duration::from_secs(5), || {
-                std::fs::metadata(&mark).is_ok()
-            })
-            .await;
-            if std::fs::read_to_string(&mark).is_ok_and(|marked| marked == "armed") {
-                // The attack is live only if the splice really sleeps, holding the lock.
-                let pid = host.worker_pid().expect("a worker process");
-                wait_until(
-                    "the rogue's splice to sleep on its socket",
-                    Duration::from_secs(5),
-                    || in_a_task_of(pid, "unix_stream_read"),
-                )
-                .await;
-            }
+        runtime.block_on(async {
+            let unconfined = Host::builder(rogue_bin()).confinement(Confinement::none());
+            let (host, marked) =
+                rogue_struck(unconfined, "hold_stderr_lock", &mark, "unix_stream_read").await;
             // Time for the relay to meet the held lock.
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let next = host.call_with_deadline::<U64Echo>(&2, soon(1500)).await;
+            let next = host.call_with_deadline::<RogueEcho>(&2, soon(1500)).await;
             host.shutdown().await;
-            (std::fs::read_to_string(&mark).unwrap_or_default(), next)
-        });
-        let _ = done.send(heard);
-    });
-    match outcome.recv_timeout(Duration::from_secs(20)) {
-        Ok(heard) => Some(heard),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-        // The thread panicked (an assertion of its own): its panic is the test's.
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match thread.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the thread ended without its outcome"),
-        },
-    }
-}
-
-/// Whether a thread of process `pid` sleeps in the kernel function `wchan`.
-fn in_a_task_of(pid: u32, wchan: &str) -> bool {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|task| {
-            std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|at| at.contains(wchan))
+            (marked, next)
         })
+    })
 }
 
 /// The hold is live: a read of a pipe sleeps while a `splice` holds its lock (shown on a pipe
