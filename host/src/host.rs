@@ -144,11 +144,16 @@ impl HostBuilder {
     /// time the peer needs to answer: with two busy processes beside host and worker on the
     /// 2-vCPU development VM, small calls took 34 µs with the mode on, 41–46 µs with it off,
     /// and 30–83 µs (median 68) with the mode on before this rule (six interleaved rounds). A
-    /// host's reader that sleeps when a call begins is woken by it if it would spin. On a
-    /// multi-thread runtime (`#[tokio::main]`'s default) the reader polls its channel itself
-    /// with non-blocking reads, in slices of at most 20 µs between turns of the runtime, on a
-    /// second descriptor of the channel that the mode adds; on a current-thread runtime it
-    /// yields to the runtime between looks. A worker learns the window from
+    /// host's reader that sleeps when a call begins is woken by it if it would spin. Where the
+    /// worker runs under the host's own verified filter (the default confinement), the reader
+    /// polls its channel itself with non-blocking reads, in slices of at most 20 µs between
+    /// turns of the runtime, and a caller that wrote its call alone polls for its answer the
+    /// same way: on a current-thread runtime other tasks then wait up to one slice. With an
+    /// unconfined worker the reader yields to the runtime between looks instead (a read made
+    /// without the OS's word that input came could sleep on a pipe lock the worker holds). A
+    /// worker built on `airlock-worker` that is alone on its thread polls in place too. A
+    /// small call in the mode, unpinned, took 5.6 µs (median) against 11.4 µs polling by
+    /// yielding (BENCHMARKS.md, "Polling in place"). A worker learns the window from
     /// `AIRLOCK_SPIN_MICROS` in its environment (`PROTOCOL.md`); one not built on
     /// `airlock-worker` may ignore it.
     #[must_use]
