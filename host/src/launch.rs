@@ -77,7 +77,7 @@ impl Launcher {
     ) -> Result<Launched, SpawnError> {
         match self {
             Launcher::Process => {
-                counters.stderr_tail.clear();
+                let turn = counters.stderr_tail.clear();
                 let mut spawned = crate::spawn::spawn(settings).await?;
                 let stderr = match spawned.stderr.take().map(|stderr| {
                     StderrRelay::start(
@@ -85,7 +85,7 @@ impl Launcher {
                         format!("{}[{}]", settings.label, spawned.pid),
                         settings.stderr,
                         Arc::clone(&counters.stderr_dropped),
-                        Arc::clone(&counters.stderr_tail),
+                        (Arc::clone(&counters.stderr_tail), turn),
                     )
                 }) {
                     None => None,

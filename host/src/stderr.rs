@@ -41,25 +41,43 @@ const LAST_LINES_WAIT: Duration = Duration::from_millis(10);
 /// The last lines the current worker wrote to stderr, relayed or not: what a failed spawn's
 /// [`HandshakeError`](crate::HandshakeError) shows. At most [`STDERR_TAIL_LINES`] lines of at
 /// most [`STDERR_TAIL_LINE`] bytes, cleaned like relayed lines; the buffers are reused, so a
-/// flood costs no allocation per line.
+/// flood costs no allocation per line. Each worker's relay writes under the worker's own
+/// turn ([`clear`](Self::clear) starts one): a relay of an earlier worker still running (held
+/// on its pipe's lock, or reading its last lines) never writes into a later worker's tail.
 #[derive(Debug, Default)]
 pub(crate) struct StderrTail {
-    lines: Mutex<VecDeque<String>>,
+    lines: Mutex<Tail>,
+}
+
+#[derive(Debug, Default)]
+struct Tail {
+    /// Whose lines these are: bumped by each `clear`.
+    turn: u64,
+    lines: VecDeque<String>,
 }
 
 impl StderrTail {
-    /// Forgets the last worker's lines (a new worker starts).
-    pub(crate) fn clear(&self) {
-        self.lock().clear();
+    /// Forgets the last worker's lines and starts the next worker's turn, which its relay
+    /// writes under.
+    pub(crate) fn clear(&self) -> u64 {
+        let mut tail = self.lock();
+        tail.lines.clear();
+        tail.turn += 1;
+        tail.turn
     }
 
     /// The lines kept, oldest first.
     pub(crate) fn lines(&self) -> Vec<String> {
-        self.lock().iter().cloned().collect()
+        self.lock().lines.iter().cloned().collect()
     }
 
-    fn push(&self, line: &[u8]) {
-        let mut lines = self.lock();
+    /// Keeps `line`, if `turn` is still the current worker's.
+    fn push(&self, turn: u64, line: &[u8]) {
+        let mut tail = self.lock();
+        if tail.turn != turn {
+            return;
+        }
+        let lines = &mut tail.lines;
         let mut kept = if lines.len() >= STDERR_TAIL_LINES {
             lines.pop_front().unwrap_or_default()
         } else {
@@ -70,7 +88,7 @@ impl StderrTail {
         lines.push_back(kept);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tail> {
         self.lines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -88,28 +106,35 @@ pub(crate) struct StderrRelay {
 impl StderrRelay {
     /// Starts relaying `stderr` (the host's end of the worker's stderr pipe) on a thread of its
     /// own, under `label`. `dropped` counts lines not relayed (over rate or length); `tail`
-    /// keeps the last lines whether relayed or not. Lines go to the `tracing` dispatcher of
-    /// the calling thread.
+    /// keeps the last lines whether relayed or not, under the worker's `turn` of it. Lines go
+    /// to the `tracing` dispatcher of the calling thread, or to the global one at each line if
+    /// the calling thread has none (one installed later is then used).
     pub(crate) fn start(
         stderr: OwnedFd,
         label: String,
         policy: StderrPolicy,
         dropped: Arc<AtomicU64>,
-        tail: Arc<StderrTail>,
+        (tail, turn): (Arc<StderrTail>, u64),
     ) -> std::io::Result<Self> {
         rustix::fs::fcntl_setfl(&stderr, rustix::fs::OFlags::NONBLOCK)?;
         let (stopped, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (end, ended) = oneshot::channel();
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
-        let mut lines = Lines::new(label, policy, dropped, tail);
+        let dispatch = (!dispatch.is::<tracing::subscriber::NoSubscriber>()).then_some(dispatch);
+        let mut lines = Lines::new(label, policy, dropped, (tail, turn));
+        // The default stack: the lines go through the application's subscriber, whose stack
+        // needs are its own (an overflow would abort the host).
         std::thread::Builder::new()
             .name("airlock-stderr".into())
-            .stack_size(THREAD_STACK)
             .spawn(move || {
-                tracing::dispatcher::with_default(&dispatch, || {
+                let mut work = || {
                     relay(&stderr, &stopped, &mut lines);
                     lines.finish();
-                });
+                };
+                match &dispatch {
+                    Some(dispatch) => tracing::dispatcher::with_default(dispatch, work),
+                    None => work(),
+                }
                 drop(stderr);
                 let _ = end.send(());
             })?;
@@ -129,9 +154,6 @@ impl StderrRelay {
         let _ = (&mut self.ended).await;
     }
 }
-
-/// The relay thread's stack: it holds a few small values (the chunk read is on the heap).
-const THREAD_STACK: usize = 64 * 1024;
 
 /// Once the worker is gone, the longest the relay goes on reading what a worker's escaped
 /// descendants keep writing.
@@ -194,6 +216,8 @@ struct Lines {
     policy: StderrPolicy,
     dropped: Arc<AtomicU64>,
     tail: Arc<StderrTail>,
+    /// The worker's turn of `tail`.
+    turn: u64,
     line: Vec<u8>,
     truncated: bool,
     window_start: Instant,
@@ -205,9 +229,10 @@ impl Lines {
         label: String,
         policy: StderrPolicy,
         dropped: Arc<AtomicU64>,
-        tail: Arc<StderrTail>,
+        (tail, turn): (Arc<StderrTail>, u64),
     ) -> Self {
         Self {
+            turn,
             line: Vec::with_capacity(policy.max_line.min(CHUNK)),
             label,
             policy,
@@ -230,7 +255,7 @@ impl Lines {
                 }
                 continue;
             }
-            self.tail.push(&self.line);
+            self.tail.push(self.turn, &self.line);
             if self.window_start.elapsed() >= Duration::from_secs(1) {
                 self.window_start = Instant::now();
                 self.in_window = 0;
@@ -249,7 +274,7 @@ impl Lines {
     /// The stream is over: a last line without its newline is kept and relayed.
     fn finish(&mut self) {
         if !self.line.is_empty() {
-            self.tail.push(&self.line);
+            self.tail.push(self.turn, &self.line);
             emit(&self.label, &self.line, self.truncated);
             self.line.clear();
         }
@@ -273,4 +298,23 @@ fn clean_into(out: &mut String, line: &[u8]) {
             c
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relay of an earlier worker (held on its pipe's lock, or reading its last lines) never
+    /// writes into a later worker's tail, which a failed spawn of that worker would show.
+    #[test]
+    fn a_relay_of_an_earlier_worker_never_writes_into_a_later_workers_tail() {
+        let tail = StderrTail::default();
+        let first = tail.clear();
+        tail.push(first, b"first's line");
+        assert_eq!(tail.lines(), ["first's line"]);
+        let second = tail.clear();
+        tail.push(first, b"first's late line");
+        tail.push(second, b"second's line");
+        assert_eq!(tail.lines(), ["second's line"]);
+    }
 }

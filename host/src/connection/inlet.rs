@@ -53,13 +53,10 @@ pub(super) struct State {
     pub(super) updates: Vec<(Updates, Bytes)>,
     /// The reader's work is over: the stream ended or failed, or the worker lied or is gone.
     pub(super) ended: bool,
-    /// A caller may take a turn: the reader waits for input with nothing in hand, the frame
-    /// cap raised and the low-latency mode off. Set by the reader as its wait begins, cleared
-    /// by whoever takes the next turn.
+    /// A caller may take a turn: the reader waits for input with nothing in hand (in the
+    /// low-latency mode, between the slices it polls in), the frame cap raised. Set by the
+    /// reader as its wait begins, cleared by whoever takes the next turn.
     open: bool,
-    /// The frame cap is raised (the reader applied the handshake's outcome): before, a
-    /// worker's answer could be refused as too large.
-    pub(super) raised: bool,
     /// The reader's waker, as of its wait: a caller's turn that leaves it work wakes it.
     reader: Option<Waker>,
     looks: LookPolicy,
@@ -83,7 +80,6 @@ impl Inlet {
                 updates: Vec::new(),
                 ended: false,
                 open: false,
-                raised: false,
                 reader: None,
                 looks: LookPolicy::default(),
             }),
@@ -119,32 +115,28 @@ impl Inlet {
     /// A caller's look, just after it wrote its frame with no other call in flight: if the
     /// reader waits with nothing in hand and looks have been paying, one non-blocking read;
     /// whole frames it brings are taken through one turn, as the reader would. Never waits
-    /// for the lock or for input. In the low-latency mode (`spin`), the look reads until a
-    /// frame comes, for at most the spin window and [`IN_PLACE_SLICE`], where the reader has
-    /// nothing in hand (it spins between turns, so it never waits open to callers).
+    /// for the lock or for input. In the low-latency mode the look reads until a frame comes,
+    /// for at most the spin window and [`IN_PLACE_SLICE`].
     pub(crate) fn look(&self, live: &Live) {
         let Ok(mut guard) = self.state.try_lock() else {
             // The reader (or another caller) is taking a turn, or a turn panicked.
             return;
         };
         let state = &mut *guard;
-        let was_open = state.open;
+        if !state.open || !state.looks.due() {
+            return;
+        }
         let came = match live.spin {
-            None if state.open && state.looks.due() => {
+            None => {
                 let came = state.receiver.read_now();
                 if came {
                     take_buffered(&mut *state.receiver, &mut state.taken, 0);
                 }
-                state.looks.found(!state.taken.is_empty());
                 came
             }
-            Some(window) if state.raised && state.in_hand_nothing() && state.looks.due() => {
-                let came = state.spin_for_frames(window);
-                state.looks.found(!state.taken.is_empty());
-                came
-            }
-            _ => return,
+            Some(window) => state.spin_for_frames(window),
         };
+        state.looks.found(!state.taken.is_empty());
         if !came {
             return;
         }
@@ -172,17 +164,12 @@ impl Inlet {
             state.wake_reader();
         } else {
             // Nothing left in hand: the reader still waits as it did.
-            state.open = was_open;
+            state.open = true;
         }
     }
 }
 
 impl State {
-    /// Nothing taken or to deliver, and the reader's work not over.
-    fn in_hand_nothing(&self) -> bool {
-        !self.ended && self.taken.is_empty() && self.updates.is_empty()
-    }
-
     /// Reads until whole frames are taken, something else comes (part of a frame, the end
     /// of the stream, an error), `window` or [`IN_PLACE_SLICE`] passes: whether anything came.
     fn spin_for_frames(&mut self, window: std::time::Duration) -> bool {

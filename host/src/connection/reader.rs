@@ -311,8 +311,8 @@ pub(super) fn take_turn(
 /// they complete; delivers the updates of streaming calls before it takes the next frames.
 /// Turns are taken under the `inlet`'s lock, which a caller's look takes too. `raise` carries
 /// the connection's `max_frame` once the worker is verified (the wait is cancel-safe, so
-/// switching mid-wait loses nothing); callers look only after that, and only with the
-/// low-latency mode off.
+/// switching mid-wait loses nothing); callers look only after that, and only while the reader
+/// waits with nothing in hand (in the low-latency mode, between the slices it polls in).
 pub(crate) async fn read_frames(
     inlet: Arc<Inlet>,
     live: Arc<Live>,
@@ -358,13 +358,11 @@ pub(crate) async fn read_frames(
                 max = &mut raise, if !raised => {
                     raised = true;
                     if let Ok(max) = max {
-                        let mut state = inlet.lock();
-                        state.receiver.set_max_frame(max);
-                        state.raised = true;
+                        inlet.lock().receiver.set_max_frame(max);
                     }
                     continue;
                 }
-                () = inlet.wait(raised && spin.is_none()) => {}
+                () = inlet.wait(raised) => {}
                 () = tokio::task::yield_now(), if spinning => continue,
                 () = live.grant_wake.notified(), if awaits_grant => continue,
             }

@@ -354,16 +354,18 @@ pub(super) struct AnsweringWorker {
     pub(super) live: Arc<Live>,
     pub(super) pipe: Arc<Mutex<Pipe>>,
     pub(super) reader: Started,
+    /// The switch that would raise the frame cap, held unused.
+    _unraised: Option<oneshot::Sender<u32>>,
 }
 
 impl AnsweringWorker {
     pub(super) fn new(direct: bool) -> Self {
-        Self::with(direct, None, false)
+        Self::with(direct, None, true)
     }
 
-    /// As [`new`](Self::new), in the low-latency mode with window `spin` if given, and if
-    /// `raise`, the reader told the frame cap the handshake raised, as a live one is.
-    pub(super) fn with(direct: bool, spin: Option<Duration>, raise: bool) -> Self {
+    /// As [`new`](Self::new), in the low-latency mode with window `spin` if given. If not
+    /// `raised`, the reader is never told the frame cap the handshake raises.
+    pub(super) fn with(direct: bool, spin: Option<Duration>, raised: bool) -> Self {
         let live = Arc::new(Live::new(spin));
         let (host, worker) = ready_sessions();
         let (receiver, pipe) = Piped::new();
@@ -379,21 +381,28 @@ impl AnsweringWorker {
         core.accepting = true;
         core.inlet = Some(Arc::clone(&inlet));
         *live.lock() = Some(core);
-        let (raising, raised) = oneshot::channel();
-        if raise {
-            let _ = raising.send(u32::MAX);
-        } else {
+        let (raising, raise) = oneshot::channel();
+        // Dropped, the switch counts as raised (the supervisor gave up on it); kept, it is not.
+        let held = if raised {
             drop(raising);
-        }
+            None
+        } else {
+            Some(raising)
+        };
         let budget = UpdateBudget::new(Cost::default());
         let mut reader: Started = Box::pin(read_frames(
             Arc::clone(&inlet),
             Arc::clone(&live),
-            raised,
+            raise,
             budget,
         ));
         assert!(now_or_never(reader.as_mut()).is_none());
-        Self { live, pipe, reader }
+        Self {
+            live,
+            pipe,
+            reader,
+            _unraised: held,
+        }
     }
 
     /// Begins an `echo` of `value` as `by` does, answered as a `T`.
