@@ -403,22 +403,29 @@ mod tests {
     /// A caller never looks where it may not write its own frame: a worker whose filter is not
     /// verified could hold its pipe's lock inside the kernel (`splice`, `userfaultfd`), and a
     /// read of that pipe, non-blocking or not, would wait for the lock. Its answers are the
-    /// reader's.
+    /// reader's, which reads them only once the OS says they came, in the low-latency mode too
+    /// (where it would otherwise poll in place).
     #[test]
     fn a_caller_never_looks_where_it_may_not_write_its_own_frame() {
-        runtime().block_on(async {
-            let mut worker = AnsweringWorker::new(false);
-            let mut answer = worker.call::<u64>(0, 5, Party::Caller);
-            assert!(now_or_never(&mut answer).is_none());
-            // The writer task writes the frame, and the reader takes the answer.
-            for _ in 0..10 {
-                tokio::task::yield_now().await;
-            }
-            let _ = now_or_never(worker.reader.as_mut());
-            assert_eq!(now_or_never(&mut answer), Some(Ok(5)));
-            assert_eq!(pipe_of(&worker.pipe).direct_reads, 0, "a caller looked");
-            assert_eq!(pipe_of(&worker.pipe).runtime_reads, 1);
-        });
+        for spin in [None, Some(std::time::Duration::from_millis(50))] {
+            runtime().block_on(async {
+                let mut worker = AnsweringWorker::with(false, spin, true);
+                let mut answer = worker.call::<u64>(0, 5, Party::Caller);
+                assert!(now_or_never(&mut answer).is_none());
+                // The writer task writes the frame, and the reader takes the answer.
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                    let _ = now_or_never(worker.reader.as_mut());
+                }
+                assert_eq!(now_or_never(&mut answer), Some(Ok(5)), "{spin:?}");
+                assert_eq!(
+                    pipe_of(&worker.pipe).direct_reads,
+                    0,
+                    "read in place: {spin:?}"
+                );
+                assert_eq!(pipe_of(&worker.pipe).runtime_reads, 1, "{spin:?}");
+            });
+        }
     }
 
     /// Invariant: a worker whose response does not decode is cut off before any later frame
