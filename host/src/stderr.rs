@@ -108,7 +108,8 @@ impl StderrRelay {
     /// own, under `label`. `dropped` counts lines not relayed (over rate or length); `tail`
     /// keeps the last lines whether relayed or not, under the worker's `turn` of it. Lines go
     /// to the `tracing` dispatcher of the calling thread, or to the global one at each line if
-    /// the calling thread has none (one installed later is then used).
+    /// the calling thread has none (one installed later is then used; so does a thread that
+    /// set `NoSubscriber` as its default to silence logging).
     pub(crate) fn start(
         stderr: OwnedFd,
         label: String,
