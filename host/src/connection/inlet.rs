@@ -610,4 +610,64 @@ mod tests {
         assert!(looks.due());
         assert!(looks.due(), "a found frame allows the next look too");
     }
+
+    /// In the low-latency mode, while the reader waits for room to deliver a streaming call's
+    /// update it took itself, a caller's look does not take the call's answer (which would
+    /// reach the caller before its update): the reader is not open to looks then.
+    #[test]
+    fn no_look_takes_the_answer_while_the_reader_delivers_an_update_in_the_mode() {
+        runtime().block_on(async {
+            let (sender, mut updates) = tokio::sync::mpsc::unbounded_channel();
+            let streaming = Updates {
+                decode: crate::host::decode_update::<u64>,
+                sender,
+            };
+            let window = std::time::Duration::from_millis(200);
+            let mut calls = Calls::<u64>::begin_spinning(vec![Some(streaming)], window);
+            let id = calls.ids[0];
+            calls.worker.reply_progress(id, encoded(1)).unwrap();
+            calls.worker.reply_return(id, encoded(2)).unwrap();
+            let mut frames = calls.written();
+            assert_eq!(frames.len(), 2);
+            let held = Cost { bytes: 1, items: 1 };
+            let budget = UpdateBudget::new(held);
+            assert!(now_or_never(budget.take(held)).is_some());
+            let (receiver, pipe) = Piped::new();
+            let (inlet, reader) = calls.reader_over(receiver, Arc::clone(&budget));
+            let mut reader = Box::pin(reader);
+            // Only the update has come: the reader takes it and waits for room.
+            pipe_of(&pipe).frames.push_back(frames.pop_front().unwrap());
+            for _ in 0..5 {
+                assert!(now_or_never(reader.as_mut()).is_none());
+            }
+            assert!(
+                pipe_of(&pipe).frames.is_empty(),
+                "the reader did not take the update"
+            );
+            assert!(
+                updates.try_recv().is_err(),
+                "the update did not wait for room"
+            );
+            // The answer comes while the reader waits for room; a caller looks.
+            pipe_of(&pipe).frames.push_back(frames.pop_front().unwrap());
+            let direct = pipe_of(&pipe).direct_reads;
+            inlet.look(&calls.live);
+            assert_eq!(
+                pipe_of(&pipe).direct_reads,
+                direct,
+                "a look read while the reader delivers"
+            );
+            assert!(
+                now_or_never(&mut calls.answers[0]).is_none(),
+                "the answer before its update"
+            );
+            budget.give_back(held);
+            for _ in 0..5 {
+                assert!(now_or_never(reader.as_mut()).is_none());
+            }
+            let update = updates.try_recv().expect("the update, once there is room");
+            assert_eq!(update.update.downcast_ref::<u64>(), Some(&1));
+            assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(2)));
+        });
+    }
 }

@@ -130,9 +130,20 @@ impl<T: serde::de::DeserializeOwned + Send + 'static> Calls<T> {
         Self::begin_each(deadlines.into_iter().map(|due| (None, due)).collect())
     }
 
+    /// [`begin`](Self::begin) in the low-latency mode with window `window`.
+    pub(super) fn begin_spinning(updates: Vec<Option<Updates>>, window: Duration) -> Self {
+        let due = Instant::now() + Duration::from_secs(60);
+        let calls = updates.into_iter().map(|updates| (updates, due)).collect();
+        Self::begin_with(calls, Some(window))
+    }
+
     fn begin_each(calls: Vec<(Option<Updates>, Instant)>) -> Self {
+        Self::begin_with(calls, None)
+    }
+
+    fn begin_with(calls: Vec<(Option<Updates>, Instant)>, spin: Option<Duration>) -> Self {
         let (wire, writes) = recording_wire();
-        let live = Arc::new(Live::new(None));
+        let live = Arc::new(Live::new(spin));
         let (host, mut worker) = ready_sessions();
         let mut core = Core::new(1, host, wire);
         core.accepting = true;
