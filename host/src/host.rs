@@ -149,9 +149,8 @@ impl HostBuilder {
     /// polls its channel itself with non-blocking reads, in slices of at most 20 µs between
     /// turns of the runtime, and a caller that wrote its call alone polls for its answer the
     /// same way: on a current-thread runtime other tasks then wait up to one slice. An answer
-    /// a caller takes so is not seen by the reader's measure of whether spinning pays, which
-    /// then keeps to what it last decided: at most one window of spinning per call, as above.
-    /// With an
+    /// a caller takes so counts in the reader's measure of whether spinning pays as one the
+    /// reader took. With an
     /// unconfined worker the reader yields to the runtime between looks instead (a read made
     /// without the OS's word that input came could sleep on a pipe lock the worker holds). A
     /// worker built on `airlock-worker` that is alone on its thread polls in place too. A

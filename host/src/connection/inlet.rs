@@ -57,6 +57,9 @@ pub(super) struct State {
     /// low-latency mode, between the slices it polls in), the frame cap raised. Set by the
     /// reader as its wait begins, cleared by whoever takes the next turn.
     open: bool,
+    /// In the low-latency mode, the answer a caller's look took last, for the reader's measure
+    /// of whether spinning pays: the grant of the call it answered and when it came.
+    pub(super) answered_by_look: Option<(u64, std::time::Instant)>,
     /// The reader's waker, as of its wait: a caller's turn that leaves it work wakes it.
     reader: Option<Waker>,
     looks: LookPolicy,
@@ -80,6 +83,7 @@ impl Inlet {
                 updates: Vec::new(),
                 ended: false,
                 open: false,
+                answered_by_look: None,
                 reader: None,
                 looks: LookPolicy::default(),
             }),
@@ -139,6 +143,9 @@ impl Inlet {
         state.looks.found(!state.taken.is_empty());
         if !came {
             return;
+        }
+        if live.spin.is_some() && !state.taken.is_empty() {
+            state.answered_by_look = Some((live.granted_until(), std::time::Instant::now()));
         }
         if state.taken.is_empty() {
             // Bytes short of a frame, the end of the stream, or the rest of a large frame:

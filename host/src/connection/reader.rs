@@ -344,9 +344,11 @@ pub(crate) async fn read_frames(
             // Low-latency mode: for a window after each call begins, poll for the worker's
             // frames instead of sleeping until they arrive (`HostBuilder::low_latency`), while
             // it pays.
-            let turn = spin
-                .as_mut()
-                .map(|spin| spin.turn(&live, &mut *inlet.lock().receiver));
+            let turn = spin.as_mut().map(|spin| {
+                let mut state = inlet.lock();
+                let answered = state.answered_by_look.take();
+                spin.turn(&live, &mut *state.receiver, answered)
+            });
             let (spinning, awaits_grant) = match turn {
                 None | Some(Turn::Sleep) => (false, false),
                 Some(Turn::Spin) => (true, false),

@@ -134,9 +134,20 @@ impl ReaderSpin {
     /// a turn like any other: the reader finds no frame, yields and polls on. While the rest of
     /// a large frame is due, which only `poll_recv` reads, every look ends at once, so the
     /// reader polls by yielding until the frame is in.
-    pub(super) fn turn(&mut self, live: &Live, receiver: &mut dyn FrameReceiver) -> Turn {
+    /// `answered`: the answer a caller's look took since the last turn, if any, as the grant
+    /// of the call it answered (`Live::granted_until` when it looked) and when it came; it ends
+    /// that call's wait as a frame the reader took would, if no call has been granted since.
+    pub(super) fn turn(
+        &mut self,
+        live: &Live,
+        receiver: &mut dyn FrameReceiver,
+        answered: Option<(u64, Instant)>,
+    ) -> Turn {
         let now = Instant::now();
         self.observe(live, now);
+        if let Some((_, at)) = answered.filter(|&(grant, _)| grant == self.seen) {
+            self.policy().arrived(at);
+        }
         let mut spinning = self.policy().spinning(now);
         if spinning && self.polling == Polling::InPlace && self.yielded_since_frames {
             let slice_end = now + IN_PLACE_SLICE;
@@ -271,15 +282,15 @@ mod tests {
         live.grant_spin(true);
         // Frames were just taken: the callers they answered run first.
         spin.frame_in(&live);
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         assert_eq!(channel.looks, 0, "it yielded without reading");
         // Then it polls the channel itself until the input comes.
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         assert_eq!(channel.looks, 3, "it looked on after the input came");
         // Taking it, it yields again before its next look.
         spin.frame_in(&live);
         live.grant_spin(true);
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         assert_eq!(channel.looks, 3);
     }
 
@@ -291,14 +302,14 @@ mod tests {
         live.grant_spin(true);
         let granted = Instant::now();
         assert_eq!(
-            spin.turn(&live, &mut channel),
+            spin.turn(&live, &mut channel, None),
             Turn::Spin,
             "the first yield"
         );
         let mut slices = 0;
         let last = loop {
             let before = Instant::now();
-            match spin.turn(&live, &mut channel) {
+            match spin.turn(&live, &mut channel, None) {
                 Turn::Spin => {
                     slices += 1;
                     assert!(before.elapsed() >= IN_PLACE_SLICE, "a slice cut short");
@@ -314,7 +325,10 @@ mod tests {
             "it sleeps, to be woken by the next call"
         );
         let looks = channel.looks;
-        assert_eq!(spin.turn(&live, &mut channel), Turn::SleepUntilGranted);
+        assert_eq!(
+            spin.turn(&live, &mut channel, None),
+            Turn::SleepUntilGranted
+        );
         assert_eq!(channel.looks, looks, "no look once the window is closed");
     }
 
@@ -346,7 +360,10 @@ mod tests {
         // sleeps until a call begun alone, which it would spin for, wakes it.
         live.grant_spin(false);
         assert!(!live.granted_alone(live.granted_until()));
-        assert_eq!(spin.turn(&live, &mut channel), Turn::SleepUntilGranted);
+        assert_eq!(
+            spin.turn(&live, &mut channel, None),
+            Turn::SleepUntilGranted
+        );
         live.grant_spin(false);
         assert!(
             now_or_never(live.grant_wake.notified()).is_none(),
@@ -357,11 +374,47 @@ mod tests {
         live.grant_spin(true);
         assert!(live.granted_alone(live.granted_until()));
         assert!(now_or_never(live.grant_wake.notified()).is_some());
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         // And the other way round; taught both ways, it sleeps through either.
         teach_to_sleep(&mut spin.alone, window);
         live.grant_spin(true);
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Sleep);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Sleep);
+    }
+
+    /// An answer a caller's look took ends the reader's wait for it as a frame the reader took
+    /// would: a reader that measured sleeping to pay, exploring a spin, ends the exploration
+    /// and sleeps through the next call; without the answer it would go on spinning through
+    /// every window. An answer to a call since superseded by another grant is not counted.
+    #[test]
+    fn an_answer_a_callers_look_took_ends_the_readers_wait_for_it() {
+        let window = Duration::from_secs(10);
+        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
+        teach_to_sleep(&mut spin.alone, window);
+        let explores = (0..2 * SpinPolicy::EXPLORE).any(|_| {
+            live.grant_spin(true);
+            spin.turn(&live, &mut channel, None) == Turn::Spin
+        });
+        assert!(explores, "the policy explores spinning");
+        // Answers the reader never sees: the exploration goes on, call after call.
+        live.grant_spin(true);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
+        // An answer to an earlier call, which the reader learns of only once it has spun for a
+        // later one: not counted.
+        let stale = Some((live.granted_until(), Instant::now()));
+        live.grant_spin(true);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, stale), Turn::Spin);
+        live.grant_spin(true);
+        assert_eq!(
+            spin.turn(&live, &mut channel, None),
+            Turn::Spin,
+            "the stale answer ended the exploration"
+        );
+        // The answer to the latest call, which a look took: the exploration ends with it.
+        let answered = Some((live.granted_until(), Instant::now()));
+        assert_eq!(spin.turn(&live, &mut channel, answered), Turn::Spin);
+        live.grant_spin(true);
+        assert_ne!(spin.turn(&live, &mut channel, None), Turn::Spin);
     }
 
     #[test]
@@ -369,7 +422,7 @@ mod tests {
         let window = Duration::from_secs(10);
         let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
         live.grant_spin(true);
-        assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         // The policy for calls beside others was last told to sleep.
         teach_to_sleep(&mut spin.beside_others, window);
         assert!(spin.beside_others.asleep());
@@ -387,7 +440,7 @@ mod tests {
         let mut channel = Channel::ready_at(Some(1));
         live.grant_spin(true);
         for _ in 0..3 {
-            assert_eq!(spin.turn(&live, &mut channel), Turn::Spin);
+            assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
         }
         assert_eq!(channel.looks, 0);
     }
@@ -405,7 +458,7 @@ mod tests {
         assert!(now_or_never(live.grant_wake.notified()).is_none());
         assert_eq!(spin.after_look(&live, false), Turn::LookAgain);
         assert_eq!(
-            spin.turn(&live, &mut Channel::empty()),
+            spin.turn(&live, &mut Channel::empty(), None),
             Turn::Spin,
             "and the next turn spins through it"
         );
@@ -416,7 +469,7 @@ mod tests {
         let live = Live::new(Some(WINDOW));
         let mut spin = ReaderSpin::new(WINDOW, Polling::Yielding);
         assert_eq!(
-            spin.turn(&live, &mut Channel::empty()),
+            spin.turn(&live, &mut Channel::empty(), None),
             Turn::SleepUntilGranted
         );
         live.grant_spin(true);
