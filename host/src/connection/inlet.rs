@@ -121,7 +121,7 @@ impl Inlet {
     /// whole frames it brings are taken through one turn, as the reader would. Never waits
     /// for the lock or for input. In the low-latency mode the look reads until a frame comes,
     /// for at most the spin window and [`IN_PLACE_SLICE`].
-    pub(crate) fn look(&self, live: &Live) {
+    pub(crate) fn look(&self, live: &Live, granted: u64) {
         let Ok(mut guard) = self.state.try_lock() else {
             // The reader (or another caller) is taking a turn, or a turn panicked.
             return;
@@ -145,7 +145,7 @@ impl Inlet {
             return;
         }
         if live.spin.is_some() && !state.taken.is_empty() {
-            state.answered_by_look = Some((live.granted_until(), std::time::Instant::now()));
+            state.answered_by_look = Some((granted, std::time::Instant::now()));
         }
         if state.taken.is_empty() {
             // Bytes short of a frame, the end of the stream, or the rest of a large frame:
@@ -348,7 +348,7 @@ mod tests {
                 let id = calls.ids[index];
                 calls.worker.reply_return(id, encoded(value)).unwrap();
                 pipe_of(&pipe).frames = calls.written();
-                inlet.look(&calls.live);
+                inlet.look(&calls.live, calls.live.granted_until());
                 assert_eq!(now_or_never(&mut calls.answers[index]), Some(Ok(value)));
                 assert!(now_or_never(reader.as_mut()).is_none());
             }
@@ -387,7 +387,7 @@ mod tests {
     fn in_the_low_latency_mode_a_caller_writing_alone_polls_for_its_answer_itself() {
         runtime().block_on(async {
             let window = Some(std::time::Duration::from_millis(50));
-            let worker = AnsweringWorker::with(true, window, true);
+            let mut worker = AnsweringWorker::with(true, window, true);
             for key in 0..3u64 {
                 let mut answer = worker.call::<u64>(key, key + 10, Party::Caller);
                 assert_eq!(now_or_never(&mut answer), Some(Ok(key + 10)));
@@ -397,6 +397,20 @@ mod tests {
                 pipe_of(&worker.pipe).runtime_reads,
                 0,
                 "the reader read one"
+            );
+            // The last answer a look took is left for the reader's measure of whether spinning
+            // pays, under its call's grant (the latest), and the reader's next turn takes it.
+            let inlet = worker.live.lock().as_ref().unwrap().inlet.clone().unwrap();
+            let answered = inlet.lock().answered_by_look;
+            assert_eq!(
+                answered.map(|(grant, _)| grant),
+                Some(worker.live.granted_until())
+            );
+            let _ = now_or_never(worker.reader.as_mut());
+            assert_eq!(
+                inlet.lock().answered_by_look,
+                None,
+                "the reader never took it"
             );
             // Before the reader raised the frame cap (here it never will): no look.
             let mut unraised = AnsweringWorker::with(true, window, false);
@@ -450,7 +464,7 @@ mod tests {
             // An empty body is not a `u64`; the second answer is honest.
             calls.answer(vec![Bytes::new(), encoded(7)]);
             pipe_of(&pipe).frames = calls.written();
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
             assert!(now_or_never(&mut calls.answers[1]).is_none());
             assert!(
@@ -482,14 +496,14 @@ mod tests {
             let mut reader = Box::pin(reader);
             assert!(now_or_never(reader.as_mut()).is_none());
             pipe_of(&pipe).frames = frames;
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert_eq!(
                 pipe_of(&pipe).runtime_reads,
                 0,
                 "the reader read the frames"
             );
             // No look while the reader holds them.
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert_eq!(pipe_of(&pipe).direct_reads, 1);
             reader
         });
@@ -559,7 +573,7 @@ mod tests {
             let mut reader = std::pin::pin!(reader);
             assert!(now_or_never(reader.as_mut()).is_none());
             pipe_of(&pipe).frames = calls.written();
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert!(TOUCHED.with(std::cell::Cell::get), "the attack is not live");
             assert_eq!(now_or_never(&mut calls.answers[0]), Some(Ok(Touchy(7))));
             assert!(calls.live.lock().as_ref().unwrap().session.is_closed());
@@ -587,7 +601,7 @@ mod tests {
             assert!(now_or_never(reader.as_mut()).is_none());
             calls.answer(vec![encoded(5)]);
             pipe_of(&pipe).frames = calls.written();
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert_eq!(pipe_of(&pipe).direct_reads, 0);
             assert!(now_or_never(&mut calls.answers[0]).is_none());
         });
@@ -658,7 +672,7 @@ mod tests {
             // The answer comes while the reader waits for room; a caller looks.
             pipe_of(&pipe).frames.push_back(frames.pop_front().unwrap());
             let direct = pipe_of(&pipe).direct_reads;
-            inlet.look(&calls.live);
+            inlet.look(&calls.live, calls.live.granted_until());
             assert_eq!(
                 pipe_of(&pipe).direct_reads,
                 direct,

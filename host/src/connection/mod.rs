@@ -177,23 +177,26 @@ impl Live {
     }
 
     /// A call was begun, `alone` (no other call in flight) or not: the reader may spin for
-    /// one window waiting for its answer.
-    fn grant_spin(&self, alone: bool) {
-        if let Some(window) = self.spin {
-            let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-            let until = self.since_epoch().saturating_add(window);
-            // Before `spin_until`, so that a reader that sees this grant sees its kind too.
-            if alone {
-                self.spin_alone_until.fetch_max(until, Ordering::SeqCst);
-            }
-            // SeqCst here and in the reader: each side writes one of `spin_until` and the
-            // flag and then reads the other, so either this sees the flag or the reader sees
-            // the grant.
-            self.spin_until.fetch_max(until, Ordering::SeqCst);
-            if self.awaits_grant(alone).swap(false, Ordering::SeqCst) {
-                self.grant_wake.notify_one();
-            }
+    /// one window waiting for its answer. Gives the call's grant (the end of its window in
+    /// nanoseconds since `epoch`; 0 with the mode off), by which the answer a caller's look
+    /// takes is matched to the reader's wait for it.
+    fn grant_spin(&self, alone: bool) -> u64 {
+        let Some(window) = self.spin else {
+            return 0;
+        };
+        let window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        let until = self.since_epoch().saturating_add(window);
+        // Before `spin_until`, so that a reader that sees this grant sees its kind too.
+        if alone {
+            self.spin_alone_until.fetch_max(until, Ordering::SeqCst);
         }
+        // SeqCst here and in the reader: each side writes one of `spin_until` and the flag
+        // and then reads the other, so either this sees the flag or the reader sees the grant.
+        self.spin_until.fetch_max(until, Ordering::SeqCst);
+        if self.awaits_grant(alone).swap(false, Ordering::SeqCst) {
+            self.grant_wake.notify_one();
+        }
+        until
     }
 
     /// The end of the latest spin window a call granted, in nanoseconds since `epoch` (0: none
@@ -269,10 +272,10 @@ impl Live {
         if wake {
             self.wake.notify_one();
         }
-        self.grant_spin(alone);
+        let granted = self.grant_spin(alone);
         settled.finish(self, by, None);
         if let Some(inlet) = look {
-            inlet.look(self);
+            inlet.look(self, granted);
         }
         Ok(())
     }

@@ -417,6 +417,43 @@ mod tests {
         assert_ne!(spin.turn(&live, &mut channel, None), Turn::Spin);
     }
 
+    /// A look's answer is matched to its own call's grant: where a call begun beside it (on
+    /// another thread) while it looked has been granted since, the answer ends nothing, and
+    /// the later call's wait, in the other policy, goes on.
+    #[test]
+    fn a_looks_answer_never_ends_the_wait_of_a_call_begun_while_it_looked() {
+        let window = Duration::from_secs(10);
+        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
+        teach_to_sleep(&mut spin.beside_others, window);
+        // Bring the beside-others policy to an exploring spin.
+        let explores = (0..2 * SpinPolicy::EXPLORE).any(|_| {
+            live.grant_spin(false);
+            spin.turn(&live, &mut channel, None) == Turn::Spin
+        });
+        assert!(explores);
+        // Call A begins alone, and the reader sees it.
+        let a = live.grant_spin(true);
+        assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
+        // While A's caller looks, call B begins beside it (A in flight): its grant is the
+        // latest; B's answer has not come.
+        live.grant_spin(false);
+        assert_eq!(
+            spin.turn(&live, &mut channel, None),
+            Turn::Spin,
+            "B explores"
+        );
+        // A's look takes A's answer and records A's grant, as `Inlet::look` does.
+        let recorded = Some((a, Instant::now()));
+        assert_eq!(spin.turn(&live, &mut channel, recorded), Turn::Spin);
+        // B's answer has not come: its exploration goes on.
+        live.grant_spin(false);
+        assert_eq!(
+            spin.turn(&live, &mut channel, None),
+            Turn::Spin,
+            "A's answer ended B's (beside-others) exploration"
+        );
+    }
+
     #[test]
     fn the_reader_turns_to_the_other_policy_as_it_is_asleep_or_not() {
         let window = Duration::from_secs(10);
