@@ -381,20 +381,32 @@ mod tests {
         assert_eq!(spin.turn(&live, &mut channel, None), Turn::Sleep);
     }
 
+    /// A reader in the mode (10 s windows) whose policy for calls begun `alone`, or beside
+    /// others, measured sleeping to pay, brought by its calls to a spin that explores.
+    fn exploring(alone: bool) -> (Live, ReaderSpin, Channel) {
+        let window = Duration::from_secs(10);
+        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
+        let policy = if alone {
+            &mut spin.alone
+        } else {
+            &mut spin.beside_others
+        };
+        teach_to_sleep(policy, window);
+        let explores = (0..2 * SpinPolicy::EXPLORE).any(|_| {
+            live.grant_spin(alone);
+            spin.turn(&live, &mut channel, None) == Turn::Spin
+        });
+        assert!(explores, "the policy explores spinning");
+        (live, spin, channel)
+    }
+
     /// An answer a caller's look took ends the reader's wait for it as a frame the reader took
     /// would: a reader that measured sleeping to pay, exploring a spin, ends the exploration
     /// and sleeps through the next call; without the answer it would go on spinning through
     /// every window. An answer to a call since superseded by another grant is not counted.
     #[test]
     fn an_answer_a_callers_look_took_ends_the_readers_wait_for_it() {
-        let window = Duration::from_secs(10);
-        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
-        teach_to_sleep(&mut spin.alone, window);
-        let explores = (0..2 * SpinPolicy::EXPLORE).any(|_| {
-            live.grant_spin(true);
-            spin.turn(&live, &mut channel, None) == Turn::Spin
-        });
-        assert!(explores, "the policy explores spinning");
+        let (live, mut spin, mut channel) = exploring(true);
         // Answers the reader never sees: the exploration goes on, call after call.
         live.grant_spin(true);
         assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
@@ -422,15 +434,7 @@ mod tests {
     /// the later call's wait, in the other policy, goes on.
     #[test]
     fn a_looks_answer_never_ends_the_wait_of_a_call_begun_while_it_looked() {
-        let window = Duration::from_secs(10);
-        let (live, mut spin, mut channel) = reading(window, Polling::Yielding);
-        teach_to_sleep(&mut spin.beside_others, window);
-        // Bring the beside-others policy to an exploring spin.
-        let explores = (0..2 * SpinPolicy::EXPLORE).any(|_| {
-            live.grant_spin(false);
-            spin.turn(&live, &mut channel, None) == Turn::Spin
-        });
-        assert!(explores);
+        let (live, mut spin, mut channel) = exploring(false);
         // Call A begins alone, and the reader sees it.
         let a = live.grant_spin(true);
         assert_eq!(spin.turn(&live, &mut channel, None), Turn::Spin);
