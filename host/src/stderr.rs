@@ -136,7 +136,10 @@ impl StderrRelay {
                     Some(dispatch) => tracing::dispatcher::with_default(dispatch, work),
                     None => work(),
                 }
+                // Both descriptors closed before the word goes out: whoever waits for the
+                // relay's end finds none of its descriptors left open.
                 drop(stderr);
+                drop(stopped);
                 let _ = end.send(());
             })?;
         Ok(Self {
@@ -157,8 +160,9 @@ impl StderrRelay {
 }
 
 /// Once the worker is gone, the longest the relay goes on reading what a worker's escaped
-/// descendants keep writing.
-const STOPPING_AT_MOST: Duration = Duration::from_millis(100);
+/// descendants keep writing: half the supervisor's wait for it (`STDERR_DRAIN`), so that on a
+/// busy machine too the relay has ended, its descriptors closed, when the wait does.
+const STOPPING_AT_MOST: Duration = Duration::from_millis(50);
 
 /// Reads `stderr` into `lines` until it ends, or until `stopped` (the read end of the stop
 /// switch) says the worker is gone and nothing more comes within [`LAST_LINES_WAIT`] (and at

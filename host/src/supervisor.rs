@@ -39,7 +39,8 @@ use crate::{CallError, ExitInfo, HandshakeError, LostReason, SpawnError, WorkerI
 
 /// How long a closing session's last frames (a `Refuse`) may take to be written.
 const LAST_WORDS: Duration = Duration::from_millis(100);
-/// How long the stderr relay may take to log a dead worker's last lines (then it is aborted).
+/// How long the supervisor waits for the stderr relay to log a dead worker's last lines and
+/// end (it ends by itself within half of it, unless the pipe's lock is held: SECURITY.md).
 const STDERR_DRAIN: Duration = Duration::from_millis(100);
 /// How long frames already written by an exited worker may take to arrive.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
