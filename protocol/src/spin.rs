@@ -33,6 +33,8 @@
 use core::time::Duration;
 use std::time::Instant;
 
+use crate::transport::FrameReceiver;
+
 /// The environment variable that carries the spin window to a worker, in microseconds.
 pub const SPIN_ENV: &str = "AIRLOCK_SPIN_MICROS";
 
@@ -95,6 +97,33 @@ fn micros_from_env(name: &str) -> Option<Duration> {
 /// Whole microseconds, in decimal, surrounding whitespace allowed.
 fn parse_micros(value: &str) -> Option<Duration> {
     value.trim().parse().ok().map(Duration::from_micros)
+}
+
+/// Longest a side polls its channel in place ([`poll_in_place`]) before it lets its runtime
+/// turn (its I/O, timers and other tasks): tokio's own advice for the time between two yields
+/// is 10–100 µs.
+pub const IN_PLACE_SLICE: Duration = Duration::from_micros(20);
+
+/// Polls `receiver` in place, one [`read_now`](FrameReceiver::read_now) a look and no turn of
+/// the runtime, until a look brings something, `keep_on` (asked with the time after each look
+/// that found nothing) says to stop, or [`IN_PLACE_SLICE`] passes. Whether something came.
+/// A look of a turn of the runtime costs a system call to poll for events and a trip through
+/// the scheduler; one in place costs one `read`.
+pub fn poll_in_place(
+    receiver: &mut dyn FrameReceiver,
+    mut keep_on: impl FnMut(Instant) -> bool,
+) -> bool {
+    let slice_end = Instant::now() + IN_PLACE_SLICE;
+    loop {
+        if receiver.read_now() {
+            return true;
+        }
+        core::hint::spin_loop();
+        let now = Instant::now();
+        if !keep_on(now) || now >= slice_end {
+            return false;
+        }
+    }
 }
 
 /// Decides, window by window, whether a side spins, by measuring whether spinning pays.

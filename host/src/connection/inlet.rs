@@ -23,7 +23,6 @@ use airlock_protocol::transport::FrameReceiver;
 use bytes::Bytes;
 
 use super::reader::{take_buffered, take_turn, Received, Turned, ITEMS_IN_TURN, TURN_FRAMES};
-use super::reader_spin::IN_PLACE_SLICE;
 use super::{Live, Party, ReaderTurn};
 use crate::reply::Decoded;
 use crate::response::ResponseDecoding;
@@ -120,7 +119,7 @@ impl Inlet {
     /// reader waits with nothing in hand and looks have been paying, one non-blocking read;
     /// whole frames it brings are taken through one turn, as the reader would. Never waits
     /// for the lock or for input. In the low-latency mode the look reads until a frame comes,
-    /// for at most the spin window and [`IN_PLACE_SLICE`].
+    /// for at most the spin window and [`IN_PLACE_SLICE`](airlock_protocol::spin::IN_PLACE_SLICE).
     pub(crate) fn look(&self, live: &Live, granted: u64) {
         let Ok(mut guard) = self.state.try_lock() else {
             // The reader (or another caller) is taking a turn, or a turn panicked.
@@ -178,20 +177,14 @@ impl Inlet {
 
 impl State {
     /// Reads until whole frames are taken, something else comes (part of a frame, the end
-    /// of the stream, an error), `window` or [`IN_PLACE_SLICE`] passes: whether anything came.
+    /// of the stream, an error), `window` or one slice passes: whether anything came.
     fn spin_for_frames(&mut self, window: std::time::Duration) -> bool {
-        let start = std::time::Instant::now();
-        let until = start + window.min(IN_PLACE_SLICE);
-        loop {
-            if self.receiver.read_now() {
-                take_buffered(&mut *self.receiver, &mut self.taken, 0);
-                return true;
-            }
-            std::hint::spin_loop();
-            if std::time::Instant::now() >= until {
-                return false;
-            }
+        let until = std::time::Instant::now() + window;
+        let came = airlock_protocol::spin::poll_in_place(&mut *self.receiver, |now| now < until);
+        if came {
+            take_buffered(&mut *self.receiver, &mut self.taken, 0);
         }
+        came
     }
 
     fn poll_wait(&mut self, cx: &mut Context<'_>, open_to_callers: bool) -> Poll<()> {

@@ -5,14 +5,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use airlock_protocol::spin::SpinPolicy;
+use airlock_protocol::spin::{poll_in_place, SpinPolicy};
 use airlock_protocol::transport::FrameReceiver;
 
 use super::Live;
-
-/// Longest the reader polls in place before it lets its thread's other tasks and the runtime's
-/// I/O and timers run: tokio's own advice for the time between two yields (10–100 µs).
-pub(super) const IN_PLACE_SLICE: Duration = Duration::from_micros(20);
 
 /// How the reader polls while it spins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +18,7 @@ pub(super) enum Polling {
     /// scheduler), and the reader reads only when the OS says input came.
     Yielding,
     /// By reading the channel itself ([`FrameReceiver::read_now`]), up to
-    /// [`IN_PLACE_SLICE`] at a time, then yielding once. A look is one `read`: on a
+    /// [`IN_PLACE_SLICE`](airlock_protocol::spin::IN_PLACE_SLICE) at a time, then yielding once. A look is one `read`: on a
     /// current-thread runtime a small call in the mode took 6.8 µs against 10.6 µs polling by
     /// yielding (BENCHMARKS.md, "Polling in place"). On a multi-thread runtime a task that
     /// yields over and over keeps its threads waking one another: two busy host threads and a
@@ -150,18 +146,11 @@ impl ReaderSpin {
         }
         let mut spinning = self.policy().spinning(now);
         if spinning && self.polling == Polling::InPlace && self.yielded_since_frames {
-            let slice_end = now + IN_PLACE_SLICE;
-            loop {
-                if receiver.read_now() {
-                    break;
-                }
-                std::hint::spin_loop();
-                let now = Instant::now();
-                spinning = self.policy().spinning(now);
-                if !spinning || now >= slice_end {
-                    break;
-                }
-            }
+            let policy = self.policy();
+            poll_in_place(receiver, |now| {
+                spinning = policy.spinning(now);
+                spinning
+            });
         }
         let turn = self.after_look(live, spinning);
         if turn == Turn::Spin {
@@ -312,7 +301,10 @@ mod tests {
             match spin.turn(&live, &mut channel, None) {
                 Turn::Spin => {
                     slices += 1;
-                    assert!(before.elapsed() >= IN_PLACE_SLICE, "a slice cut short");
+                    assert!(
+                        before.elapsed() >= airlock_protocol::spin::IN_PLACE_SLICE,
+                        "a slice cut short"
+                    );
                 }
                 other => break other,
             }

@@ -154,8 +154,10 @@ pub(crate) async fn serve_on<T: Transport>(
         let alone = quiet && waits_on.as_ref().is_some_and(only_task_on);
         if alone && !spinning {
             receiver.wait_blocking();
-        } else if let (true, true, Some(spin)) = (alone, spinning, spin.as_mut()) {
-            spin.in_place(&mut receiver);
+        } else if alone {
+            if let Some(spin) = spin.as_mut() {
+                spin.in_place(&mut receiver);
+            }
         }
         tokio::select! {
             biased;

@@ -3,12 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_protocol::spin::SpinPolicy;
+use airlock_protocol::spin::{poll_in_place, SpinPolicy};
 use airlock_protocol::transport::FrameReceiver;
-
-/// Longest the loop spins in place before it lets the runtime turn (its timers, and tasks a
-/// handler left behind): tokio's advice for the time between two yields is 10–100 µs.
-const IN_PLACE_SLICE: Duration = Duration::from_micros(20);
 
 /// The low-latency mode's state: each frame received opens a window to spin through while
 /// the next one is awaited, where [`SpinPolicy`] finds that spinning pays.
@@ -39,23 +35,13 @@ impl Spin {
     }
 
     /// Spins reading the channel itself ([`FrameReceiver::read_now`]) until it brings
-    /// something, the window closes, or [`IN_PLACE_SLICE`] passes: for a loop alone on its
+    /// something, the window closes, or [`IN_PLACE_SLICE`](airlock_protocol::spin::IN_PLACE_SLICE) passes: for a loop alone on its
     /// thread, where a turn of the runtime between looks (a system call to poll for events,
     /// the timers, the scheduler) costs more than the look.
     pub(super) fn in_place(&mut self, receiver: &mut dyn FrameReceiver) {
         if !receiver.reads_now() {
             return;
         }
-        let slice_end = Instant::now() + IN_PLACE_SLICE;
-        loop {
-            if receiver.read_now() {
-                return;
-            }
-            std::hint::spin_loop();
-            let now = Instant::now();
-            if !self.policy.spinning(now) || now >= slice_end {
-                return;
-            }
-        }
+        poll_in_place(receiver, |now| self.policy.spinning(now));
     }
 }
