@@ -1046,7 +1046,20 @@ mod pipe_lock {
 
     use super::mark_with;
 
+    /// Holds fd 1 once the host has read the answer already written to it (the pipe is
+    /// empty), so that the answer to the call before the hold always arrives: the test's
+    /// attack is on the calls after it.
     pub(super) fn hold_output() {
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < give_up {
+            let mut waiting: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int, into a local sized for it.
+            let rc = unsafe { libc::ioctl(1, libc::FIONREAD, &mut waiting) };
+            if rc != 0 || waiting == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         hold(1);
     }
 
