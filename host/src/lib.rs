@@ -153,6 +153,7 @@ pub use config::{
 };
 pub use confinement::{
     Confinement, ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Feature,
+    WORKER_UIDS,
 };
 pub use error::{
     CallError, ExitInfo, HandshakeError, LostReason, SpawnError, SpawnerError, STDERR_TAIL_LINE,

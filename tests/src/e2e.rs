@@ -430,7 +430,7 @@ pub fn rogue_host() -> airlock_host::HostBuilder {
 
 /// A host for the `rogue-worker`, confined, that may write its evidence (`ROGUE_*` files) in
 /// `dir`: the directory is granted read-write and opened to every user (a root host's worker
-/// runs as `nobody`).
+/// runs under a uid of its own).
 pub fn rogue_host_in(dir: &std::path::Path) -> airlock_host::HostBuilder {
     share_with_worker(dir);
     airlock_host::Host::builder(rogue_bin())
@@ -470,7 +470,8 @@ pub async fn an_exit_mid_call_fails_the_call_and_a_fresh_worker_serves(
     host.shutdown().await;
 }
 
-/// Makes `dir` writable by a worker running under another uid (`nobody` for a root host).
+/// Makes `dir` writable by a worker running under another uid (a uid of its own, for a root
+/// host).
 pub fn share_with_worker(dir: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))

@@ -48,6 +48,22 @@ async fn attempt(
     outcome
 }
 
+/// An attack worker under `policy` (with or without its own filter), up for several calls.
+async fn attack_host(policy: Confinement, self_filter: bool) -> Host {
+    let mut builder = Host::builder(attack_bin()).confinement(policy);
+    if !self_filter {
+        builder = builder.arg(NO_SELF_FILTER);
+    }
+    builder.spawn().await.expect("the attack worker starts")
+}
+
+/// One attack on `host`'s worker, given a minute.
+async fn run(host: &Host, name: &str, arg: &str) -> Result<String, CallError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    host.call_with_deadline::<Attack>(&(name.to_string(), arg.to_string()), deadline)
+        .await
+}
+
 /// The attack works unconfined, and fails under `strict` (with or without the worker's own
 /// filter, as `self_filter` says).
 async fn live_then_refused(strict: Confinement, self_filter: bool, name: &str, arg: &str) {
@@ -89,7 +105,8 @@ async fn writing_outside_a_read_write_path_fails_and_inside_works() {
     let closed = dir.join("closed");
     for d in [&open, &closed] {
         std::fs::create_dir(d).unwrap();
-        // A root host's worker runs as nobody: the granted directory must be writable by it.
+        // A root host's worker runs under a uid of its own: the granted directory must be
+        // writable by it.
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     }
     let target = closed.join("file").display().to_string();
@@ -175,6 +192,164 @@ async fn dangerous_calls_are_refused_by_the_hosts_own_filter() {
         Ok("splice tee vmsplice sendfile".to_string())
     );
     live_then_refused(Confinement::strict(), false, "pipe_lock_calls", "").await;
+}
+
+/// A worker cannot take a kernel budget it would share with its host's user or with the
+/// whole machine: inotify instances and fanotify groups (counted per user; for a worker's user
+/// namespace, against the user that made it: root, for a root host), AIO events (one budget
+/// for the machine), POSIX timers and queued signals, and POSIX message queues' bytes (counted
+/// per user up the chain of user namespaces). Live unconfined: while the hoarder lives its
+/// sibling (unconfined too, so that only the budget stands in its way) is refused one, and
+/// gets one again once the hoarder is gone. Under the host's layers alone the hoarder takes
+/// nothing (the filter answers `ENOSYS`, the message-queue rlimit is 0) or at most its own
+/// bound, and the sibling keeps getting one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host() {
+    /// What stops a confined hoarder: the filter, or an rlimit of that size.
+    enum Bound {
+        Filter,
+        Limit(u64),
+    }
+    let budgets = [
+        ("inotify", Bound::Filter),
+        ("fanotify", Bound::Filter),
+        ("aio", Bound::Filter),
+        (
+            "timers",
+            Bound::Limit(airlock_host::confinement::DEFAULT_MAX_PENDING_SIGNALS),
+        ),
+        ("mqueue", Bound::Limit(0)),
+    ];
+    let sibling = attack_host(Confinement::none(), true).await;
+    let took_one = Ok("took one".to_string());
+    for (budget, bound) in budgets {
+        assert_eq!(
+            run(&sibling, "use_budget", budget).await,
+            took_one,
+            "{budget}"
+        );
+        let hoarder = attack_host(Confinement::none(), true).await;
+        let took = run(&hoarder, "take_budget", budget).await;
+        let denied = run(&sibling, "use_budget", budget).await;
+        assert!(
+            took.is_ok() && matches!(denied, Err(CallError::Remote(_))),
+            "{budget}: an unconfined hoarder must take what its sibling needs, or this test \
+             proves nothing: took {took:?}, the sibling then got {denied:?}"
+        );
+        hoarder.shutdown().await;
+        // Given back as the hoarder's descriptors and timers go: at its exit.
+        let mut given_back = false;
+        for _ in 0..100 {
+            given_back = run(&sibling, "use_budget", budget).await == took_one;
+            if given_back {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(given_back, "{budget}: given back when the hoarder is gone");
+        let hoarder = attack_host(Confinement::strict(), false).await;
+        let took = run(&hoarder, "take_budget", budget).await;
+        let taken = |message: &str| -> Option<u64> {
+            message
+                .strip_prefix("took ")?
+                .split(';')
+                .next()?
+                .parse()
+                .ok()
+        };
+        match (&bound, &took) {
+            (Bound::Filter, Err(CallError::Remote(err)))
+                if err.message().contains("os error 38") => {}
+            (Bound::Limit(0), Err(CallError::Remote(_))) => {}
+            (Bound::Limit(n), Ok(message)) if taken(message).is_some_and(|k| k <= *n) => {}
+            _ => panic!("{budget}: confined, the hoarder must be bounded: {took:?}"),
+        }
+        assert_eq!(
+            run(&sibling, "use_budget", budget).await,
+            took_one,
+            "{budget}"
+        );
+        hoarder.shutdown().await;
+    }
+    sibling.shutdown().await;
+}
+
+/// A root host gives each `Host`'s workers a uid of their own, so a worker that uses up the
+/// epoll watches the kernel allows its uid (`fs.epoll.max_user_watches`, per user for the
+/// whole machine, which no rlimit or filter can bound) takes none of its sibling's, its
+/// host's or a new worker's. Live: a process of the hoarder's uid is refused a watch, as any
+/// sibling sharing that uid would be (an unprivileged host's workers share its own uid, and
+/// the host with them: SECURITY.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_uses_up_its_uids_epoll_watches_leaves_its_siblings_theirs() {
+    if !rustix::process::geteuid().is_root() {
+        println!(
+            "SKIPPED a_worker_that_uses_up_its_uids_epoll_watches_leaves_its_siblings_theirs: \
+             an unprivileged host's workers run as its own uid (a residual, SECURITY.md)"
+        );
+        return;
+    }
+    let max_watches: u64 = std::fs::read_to_string("/proc/sys/fs/epoll/max_user_watches")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Each of the hoarder's processes takes 240,000 watches.
+    let processes = max_watches / 240_000 + 2;
+    if processes > 100 {
+        println!(
+            "SKIPPED a_worker_that_uses_up_its_uids_epoll_watches_leaves_its_siblings_theirs: \
+             {max_watches} watches a user would take {processes} processes"
+        );
+        return;
+    }
+    // A watch costs the worker's cgroup about 200 bytes of kernel memory.
+    let memory = max_watches * 256 + (512 << 20);
+    let hoarder = attack_host(
+        Confinement::strict()
+            .memory_limit(memory)
+            .max_processes(processes + 16),
+        false,
+    )
+    .await;
+    let sibling = attack_host(Confinement::strict(), false).await;
+    let uid = hoarder.worker_info().confinement.uid;
+    let sibling_uid = sibling.worker_info().confinement.uid;
+    assert!(
+        airlock_host::WORKER_UIDS.contains(&uid)
+            && airlock_host::WORKER_UIDS.contains(&sibling_uid)
+            && uid != sibling_uid,
+        "each worker a uid of its own: {uid} and {sibling_uid}"
+    );
+    let took = run(&hoarder, "take_epoll_watches", &processes.to_string()).await;
+    assert!(
+        matches!(&took, Ok(held) if held.contains("No space left on device")),
+        "the hoarder must use up its uid's watches: {took:?}"
+    );
+    // Live: any process of the hoarder's uid is refused a watch.
+    let setpriv = which("setpriv").expect("setpriv (util-linux)");
+    let same_uid = std::process::Command::new(setpriv)
+        .arg(format!("--reuid={uid}"))
+        .args(["--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_airlock-test-peer"))
+        .arg("epoll_watch")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&same_uid.stdout);
+    assert!(
+        said.contains("No space left on device"),
+        "a process of the hoarder's uid must be refused, or this test proves nothing: {said}"
+    );
+    // Refused: the sibling, the host and a new worker each have watches of their own.
+    let took_one = Ok("took one".to_string());
+    assert_eq!(run(&sibling, "use_budget", "epoll").await, took_one);
+    tokio::net::UnixStream::pair().expect("the host registers a new descriptor");
+    let fresh = attack_host(Confinement::strict(), false).await;
+    assert_eq!(run(&fresh, "use_budget", "epoll").await, took_one);
+    for host in [hoarder, sibling, fresh] {
+        host.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,6 +920,7 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         // Not `dangerous_calls_...`: unprivileged, `userfaultfd` is off in this kernel
         // (vm.unprivileged_userfaultfd = 0) even unconfined, so its attack is not live.
         "execve_is_refused_by_the_workers_own_filter",
+        "a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host",
         "the_parent_death_signal_cannot_be_cleared",
         "vsock_and_netlink_sockets_cannot_be_created",
         "system_v_shared_memory_is_counted_by_the_cgroup_or_refused",

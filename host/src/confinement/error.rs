@@ -111,11 +111,11 @@ pub enum ConfinementError {
         detail: String,
     },
     /// A root host's worker without namespaces (`best_effort()` where the kernel refused
-    /// them) cannot connect a named socket: dropped to uid 65534 with no mount namespace of
-    /// its own, it cannot enter the host's private socket directory.
+    /// them) cannot connect a named socket: dropped to a uid of its own with no mount
+    /// namespace of its own, it cannot enter the host's private socket directory.
     #[error(
         "a root host's worker cannot connect a named socket without namespaces (dropped to \
-         uid 65534, it cannot enter the host's socket directory); use TransportChoice::Pipe \
+         a uid of its own, it cannot enter the host's socket directory); use TransportChoice::Pipe \
          or TransportChoice::SocketInherited"
     )]
     NamedSocketNeedsNamespaces,

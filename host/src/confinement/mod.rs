@@ -34,9 +34,10 @@ mod seccomp;
 mod verify;
 
 pub use error::{ConfinementError, ConfinementStep, Feature};
+pub use namespaces::WORKER_UIDS;
 pub use policy::{
     Confinement, ConfinementMode, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_OPEN_FILES,
-    DEFAULT_MAX_PROCESSES, DEFAULT_MEMORY_LIMIT, DEFAULT_TMP_SIZE,
+    DEFAULT_MAX_PENDING_SIGNALS, DEFAULT_MAX_PROCESSES, DEFAULT_MEMORY_LIMIT, DEFAULT_TMP_SIZE,
 };
 pub use report::ConfinementReport;
 

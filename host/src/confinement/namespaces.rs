@@ -9,16 +9,79 @@
 //! than its own), then waits and exits with the worker's status, so the host sees the
 //! worker's end as its child's.
 //!
-//! Identity: the worker's uid as the host sees it is never root. A root host maps the worker
-//! to `nobody` (65534); an unprivileged host maps its own uid. Inside, the worker has the same
-//! number, so it holds no capability in its namespace after `exec` either.
+//! Identity: the worker's uid as the host sees it is never root, and a root host gives each
+//! `Host` a uid of its own for its workers ([`WORKER_UIDS`]; a replacement keeps it), which
+//! inside the worker's namespace is `nobody` (65534); where the host's own user namespace does
+//! not map that range (a container's), `nobody` outside too, shared. The kernel keeps some
+//! budgets per uid for the whole machine (epoll watches, pipe pages): a worker that used up
+//! a uid its siblings (or any `nobody` daemon) also ran as would take the budget from them; a
+//! uid of its own, it takes only its own. An unprivileged host may map only its own uid, and
+//! does, inside and out. Either way the worker holds no capability in its namespace after
+//! `exec`. Its group is `nogroup` (65534) for a root host, the host's own otherwise.
 
 use std::ffi::CString;
 
 use rustix::io::Errno;
 
-/// The uid and gid a root host's workers run as: `nobody`/`nogroup`.
+/// The uid a root host's worker has inside its user namespace, and the gid it has inside and
+/// out: `nobody`/`nogroup`.
 pub(crate) const NOBODY: u32 = 65534;
+
+/// The uids a root host's workers run as, as seen from outside their namespaces: one for each
+/// [`Host`](crate::Host) (its replacements keep it), in turn from a random start, so that no
+/// two hosts of a process share one (until the range wraps) and two processes' hosts share one
+/// only by chance. The range is one no distribution or systemd hands out: above systemd's
+/// container ranges (`0x0008_0000..0x7000_0000`) and below its foreign-image range (from
+/// `0x7FFE_0000`).
+pub const WORKER_UIDS: std::ops::Range<u32> = 0x7000_0000..0x7FFE_0000;
+
+/// The uid a new host's workers run as, seen from outside: for a root host the next of
+/// [`WORKER_UIDS`] where its user namespace maps them all (the machine's does), else `nobody`,
+/// shared by every such host (a container's namespace usually maps only the container's own
+/// range); for an unprivileged host its own uid.
+pub(crate) fn uid_for_a_new_hosts_workers() -> u32 {
+    let euid = rustix::process::geteuid().as_raw();
+    if euid != 0 {
+        return euid;
+    }
+    static MAPPED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let mapped = *MAPPED.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|map| maps_all(&map, &WORKER_UIDS))
+    });
+    if mapped {
+        next_worker_uid()
+    } else {
+        NOBODY
+    }
+}
+
+/// Whether one line of a `uid_map` (`inside outside count`) maps every uid of `uids`.
+fn maps_all(map: &str, uids: &std::ops::Range<u32>) -> bool {
+    map.lines().any(|line| {
+        let mut fields = line.split_whitespace().map(str::parse::<u64>);
+        match (fields.next(), fields.next(), fields.next()) {
+            (Some(Ok(inside)), Some(Ok(_outside)), Some(Ok(count))) => {
+                inside <= u64::from(uids.start) && u64::from(uids.end) <= inside + count
+            }
+            _ => false,
+        }
+    })
+}
+
+/// The next uid of [`WORKER_UIDS`].
+fn next_worker_uid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
+    let span = WORKER_UIDS.end - WORKER_UIDS.start;
+    let next = NEXT.get_or_init(|| {
+        // Without OS randomness every host starts at the range's start: its workers still get
+        // a uid each, only more likely one another host's worker has too.
+        let mut start = [0u8; 4];
+        let _ = getrandom::fill(&mut start);
+        AtomicU32::new(u32::from_le_bytes(start) % span)
+    });
+    WORKER_UIDS.start + next.fetch_add(1, Ordering::Relaxed) % span
+}
 
 /// The namespaces a worker gets at once (its cgroup namespace comes later, once the keeper
 /// has moved it into its cgroup).
@@ -35,9 +98,13 @@ pub(crate) const CHECKED_NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "net", "
 /// Who the worker is, inside and out, and the maps that make it so.
 #[derive(Clone, Debug)]
 pub(crate) struct Identity {
+    /// Its uid as the host sees it.
     pub(crate) uid: u32,
+    /// Its gid, the same inside and out.
     pub(crate) gid: u32,
-    /// The host is root: the worker must switch to `uid`/`gid` itself after its mounts
+    /// The uid it switches to: inside its user namespace when it has one, else `uid` itself.
+    own_uid: u32,
+    /// The host is root: the worker must switch to `own_uid`/`gid` itself after its mounts
     /// (it still holds the host's uid 0, unmapped, until then).
     pub(crate) host_is_root: bool,
     uid_map: CString,
@@ -45,23 +112,27 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    /// The identity for a worker of this host.
-    pub(crate) fn for_this_host() -> Self {
+    /// The identity of a worker that runs as `worker_uid` as seen from outside
+    /// ([`uid_for_a_new_hosts_workers`]), in user namespaces of its own when `namespaced`.
+    pub(crate) fn for_worker(worker_uid: u32, namespaced: bool) -> Self {
         let euid = rustix::process::geteuid().as_raw();
         let egid = rustix::process::getegid().as_raw();
         let host_is_root = euid == 0;
-        let (uid, gid) = if host_is_root {
-            (NOBODY, NOBODY)
+        let (uid, gid, inside) = if host_is_root {
+            (worker_uid, NOBODY, NOBODY)
         } else {
-            (euid, egid)
+            (euid, egid, euid)
         };
-        let map = |id: u32| CString::new(format!("{id} {id} 1\n")).unwrap_or_default();
+        let map = |inside: u32, outside: u32| {
+            CString::new(format!("{inside} {outside} 1\n")).unwrap_or_default()
+        };
         Self {
             uid,
             gid,
+            own_uid: if namespaced { inside } else { uid },
             host_is_root,
-            uid_map: map(uid),
-            gid_map: map(gid),
+            uid_map: map(inside, uid),
+            gid_map: map(gid, gid),
         }
     }
 
@@ -75,8 +146,8 @@ impl Identity {
         write_proc_file(worker, b"gid_map", self.gid_map.as_bytes())
     }
 
-    /// Run by the worker after its mounts: becomes `uid`/`gid` with no supplementary group
-    /// (a root host's groups would otherwise follow it).
+    /// Run by the worker after its mounts: becomes its own uid and `gid` with no
+    /// supplementary group (a root host's groups would otherwise follow it).
     pub(crate) fn become_worker(&self) -> Result<(), Errno> {
         use rustix::process::{Gid, Uid};
         if !self.host_is_root {
@@ -84,7 +155,7 @@ impl Identity {
         }
         rustix::thread::set_thread_groups(&[])?;
         let gid = Gid::from_raw(self.gid);
-        let uid = Uid::from_raw(self.uid);
+        let uid = Uid::from_raw(self.own_uid);
         rustix::thread::set_thread_res_gid(gid, gid, gid)?;
         rustix::thread::set_thread_res_uid(uid, uid, uid)
     }
@@ -148,4 +219,31 @@ pub(crate) fn decimal(mut n: u32, digits: &mut [u8; 10]) -> &[u8] {
         }
     }
     &digits[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_uids_are_used_only_where_the_hosts_namespace_maps_them_all() {
+        let range = WORKER_UIDS;
+        assert!(maps_all("         0          0 4294967295\n", &range));
+        // A container's namespace: its own 65,536 ids, or a range ending inside ours.
+        assert!(!maps_all("         0     100000      65536\n", &range));
+        assert!(!maps_all("0 0 1879048193\n", &range));
+        assert!(maps_all(
+            "0 0 100\n1879048192 1879048192 268304384\n",
+            &range
+        ));
+        assert!(!maps_all("", &range));
+    }
+
+    #[test]
+    fn a_root_hosts_workers_each_get_a_uid_of_their_own_in_the_range() {
+        let uids: Vec<u32> = (0..1000).map(|_| next_worker_uid()).collect();
+        assert!(uids.iter().all(|uid| WORKER_UIDS.contains(uid)));
+        let distinct: std::collections::BTreeSet<_> = uids.iter().collect();
+        assert_eq!(distinct.len(), uids.len());
+    }
 }

@@ -200,7 +200,7 @@ pub(crate) fn prepare(
     } else {
         None
     };
-    let identity = Identity::for_this_host();
+    let identity = Identity::for_worker(pins.worker_uid, namespaces);
     let (cgroup, cgroup_join) = match cgroup {
         Some((cgroup, join)) => (Some(cgroup), Some(join)),
         None => (None, None),

@@ -15,6 +15,13 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 256;
 /// Default open-descriptor limit (`RLIMIT_NOFILE`): 1024, the usual soft limit.
 pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
+/// Default limit on signals queued to the worker and its POSIX timers (`RLIMIT_SIGPENDING`):
+/// 64. The kernel counts them, through the worker's user namespace, against the user that
+/// made that namespace too (root, for a root host), and the machine's root processes are
+/// refused a real-time signal or a timer once root's count reaches their own limit: a worker
+/// bounded this way can take at most this many of them.
+pub const DEFAULT_MAX_PENDING_SIGNALS: u64 = 64;
+
 /// Default largest file the worker may write (`RLIMIT_FSIZE`): 1 GiB.
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 1 << 30;
 
@@ -60,9 +67,14 @@ pub enum ConfinementMode {
 /// network interface, no capability, cannot gain privileges, cannot see, signal or trace any
 /// process outside its own namespace, and dies with its host.
 ///
-/// When the host runs as root the worker runs as `nobody` (uid and gid 65534) as seen from
-/// outside its namespace, so the paths it is granted must be readable (and for
-/// [`read_write`](Self::read_write), writable) by that user.
+/// When the host runs as root its workers run under a uid of the host's own, as seen from
+/// outside their namespace (one of [`WORKER_UIDS`](crate::WORKER_UIDS), given to each
+/// [`Host`](crate::Host) in turn and kept across its restarts, so each worker of a
+/// [`Pool`](crate::Pool) has its own; `nobody` inside), and group `nogroup` (65534), so the
+/// paths it is granted must be readable (and for [`read_write`](Self::read_write), writable)
+/// by that group or by everyone. A uid of its own keeps the kernel's per-user budgets (epoll
+/// watches, pipe pages) apart: one worker using up its own leaves its siblings' and every
+/// other user's alone. An unprivileged host's workers run as the host's own uid and gid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Confinement {
     pub(crate) mode: ConfinementMode,
@@ -73,6 +85,7 @@ pub struct Confinement {
     pub(crate) max_processes: Option<u64>,
     pub(crate) max_open_files: Option<u64>,
     pub(crate) max_file_size: Option<u64>,
+    pub(crate) max_pending_signals: Option<u64>,
     pub(crate) tmp_size: u64,
     pub(crate) require_worker_filter: bool,
     /// The program and the granted paths as resolved at the first spawn; every later spawn
@@ -100,6 +113,10 @@ pub(crate) struct Pins {
     pub(crate) program: Pinned,
     pub(crate) read_only: Vec<Pinned>,
     pub(crate) read_write: Vec<Pinned>,
+    /// The uid the host's workers run as, seen from outside: a root host's own for this host
+    /// (kept across restarts, so a replacement owns what the worker before it wrote), an
+    /// unprivileged host's own uid.
+    pub(crate) worker_uid: u32,
 }
 
 impl Pinned {
@@ -130,9 +147,11 @@ impl Default for Confinement {
 
 impl Confinement {
     /// Every layer, with the default limits: [`DEFAULT_MEMORY_LIMIT`],
-    /// [`DEFAULT_MAX_PROCESSES`], [`DEFAULT_MAX_OPEN_FILES`], [`DEFAULT_MAX_FILE_SIZE`], no
-    /// CPU-time limit (a long-lived worker accumulates CPU time; each call has its deadline),
-    /// no core dumps. Spawning fails if the kernel lacks a layer.
+    /// [`DEFAULT_MAX_PROCESSES`], [`DEFAULT_MAX_OPEN_FILES`], [`DEFAULT_MAX_FILE_SIZE`],
+    /// [`DEFAULT_MAX_PENDING_SIGNALS`], no CPU-time limit (a long-lived worker accumulates CPU
+    /// time; each call has its deadline), no core dumps and no POSIX message queue
+    /// (`RLIMIT_MSGQUEUE` 0: a queue's bytes count against the user that made the worker's
+    /// namespace too, root's for a root host). Spawning fails if the kernel lacks a layer.
     pub fn strict() -> Self {
         Self {
             mode: ConfinementMode::Strict,
@@ -143,6 +162,7 @@ impl Confinement {
             max_processes: Some(DEFAULT_MAX_PROCESSES),
             max_open_files: Some(DEFAULT_MAX_OPEN_FILES),
             max_file_size: Some(DEFAULT_MAX_FILE_SIZE),
+            max_pending_signals: Some(DEFAULT_MAX_PENDING_SIGNALS),
             tmp_size: DEFAULT_TMP_SIZE,
             require_worker_filter: false,
             pins: None,
@@ -159,6 +179,7 @@ impl Confinement {
             max_processes: None,
             max_open_files: None,
             max_file_size: None,
+            max_pending_signals: None,
             ..Self::strict()
         }
     }
@@ -211,8 +232,9 @@ impl Confinement {
     /// limit of its cgroup where it has one. The worker's runtime and handler threads count,
     /// so a limit near the minimum starts a worker that may not be able to answer a call.
     /// Without namespaces ([`best_effort`](Self::best_effort) on a kernel without them) the
-    /// rlimit counts every process of the worker's uid, which a root host's workers share
-    /// (SECURITY.md). Default [`DEFAULT_MAX_PROCESSES`]; must be at least 2, else the spawn
+    /// rlimit counts every process of the worker's uid: a root host's workers have one for
+    /// each host, an unprivileged host's share the host's own (SECURITY.md). Default
+    /// [`DEFAULT_MAX_PROCESSES`]; must be at least 2, else the spawn
     /// fails with [`ConfinementError::InvalidLimit`](crate::ConfinementError).
     #[must_use]
     pub fn max_processes(mut self, processes: u64) -> Self {
@@ -233,6 +255,17 @@ impl Confinement {
     #[must_use]
     pub fn max_file_size(mut self, bytes: u64) -> Self {
         self.max_file_size = Some(bytes);
+        self
+    }
+
+    /// How many signals may be queued to the worker's processes at once, and how many POSIX
+    /// timers they may hold (`RLIMIT_SIGPENDING`, counted per user in the worker's user
+    /// namespace). Signals sent by the kernel and the standard ones from `kill` are delivered
+    /// past it; a real-time signal or a timer over it is refused (`EAGAIN`). Default
+    /// [`DEFAULT_MAX_PENDING_SIGNALS`]; must be at least 1.
+    #[must_use]
+    pub fn max_pending_signals(mut self, signals: u64) -> Self {
+        self.max_pending_signals = Some(signals);
         self
     }
 
@@ -258,7 +291,7 @@ impl Confinement {
     }
 
     /// Resolves the program (found as `resolve_program` finds it) and every granted path once,
-    /// for this and every later spawn of the host.
+    /// and picks the uid its workers run as, for this and every later spawn of the host.
     pub(crate) fn pin(
         &mut self,
         program: std::path::PathBuf,
@@ -270,6 +303,7 @@ impl Confinement {
             program: Pinned::resolve(&program)?,
             read_only: pin_all(&self.read_only)?,
             read_write: pin_all(&self.read_write)?,
+            worker_uid: super::namespaces::uid_for_a_new_hosts_workers(),
         });
         Ok(())
     }

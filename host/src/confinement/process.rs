@@ -1,8 +1,11 @@
 //! Process hardening: resource limits, no capabilities, `no_new_privs`, a session of its own.
 //!
 //! rlimits bound what one worker can take from the machine (address space, CPU time,
-//! processes and threads, descriptors, file size) and forbid core dumps, which would write the
-//! worker's memory (call data) to disk. Capabilities are dropped from every set, the bounding
+//! processes and threads, descriptors, file size, queued signals and timers) and forbid core
+//! dumps, which would write the worker's memory (call data) to disk, and POSIX message queues.
+//! Queued signals and message queues are counted, through the worker's user namespace, against
+//! the user that made it too (root, for a root host): without the worker's own bound one
+//! worker could take the whole of root's. Capabilities are dropped from every set, the bounding
 //! set included, so nothing the worker execs can regain one; `no_new_privs` makes set-uid and
 //! file-capability binaries powerless and is what lets an unprivileged process install
 //! seccomp and Landlock.
@@ -62,6 +65,17 @@ impl Limits {
         if let Some(bytes) = policy.max_file_size {
             entries.push((Resource::Fsize, bytes));
         }
+        if let Some(n) = check(
+            "max_pending_signals",
+            policy.max_pending_signals,
+            1,
+            "at least 1",
+        )? {
+            entries.push((Resource::Sigpending, n));
+        }
+        // A POSIX message queue's bytes count against the user that made the worker's user
+        // namespace as well as the worker's: none at all, as no worker shares one with anyone.
+        entries.push((Resource::Msgqueue, 0));
         Ok(Self { entries })
     }
 

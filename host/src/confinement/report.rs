@@ -12,7 +12,8 @@ pub struct ConfinementReport {
     pub mode: ConfinementMode,
     /// The worker's pid as the host sees it (inside its own PID namespace it is 2, under the sandbox's init).
     pub pid: u32,
-    /// Its uid as the host sees it (65534 when the host is root and confinement is on).
+    /// Its uid as the host sees it: when the host is root and confinement is on, one of
+    /// [`WORKER_UIDS`](crate::WORKER_UIDS), its own.
     pub uid: u32,
     /// It runs in user, PID, mount, network, IPC and UTS namespaces of its own (checked
     /// against the host's namespace links).

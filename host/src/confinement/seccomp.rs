@@ -9,9 +9,10 @@
 //! machine-wide state (clock, swap, reboot, accounting, quotas). Each gets `EPERM`. A second
 //! filter answers `ENOSYS`, so that programs fall back to what they would use where the call
 //! does not exist: `clone3`, whose flags live in memory a filter cannot read (glibc falls back
-//! to `clone`, whose flags the first filter checks), and `splice`, `tee`, `vmsplice` and
+//! to `clone`, whose flags the first filter checks), `splice`, `tee`, `vmsplice` and
 //! `sendfile` ([`PIPE_LOCK_HOLDERS`]: Rust's `io::copy` and Python's `shutil` fall back to
-//! `read` and `write`).
+//! `read` and `write`), and the calls that draw on a budget the worker shares with every
+//! process of a user or of the machine ([`SHARED_BUDGET_CALLS`]: inotify, fanotify, AIO).
 //!
 //! Installed last before `exec`, after every step that needs a listed call (the mounts).
 //! The worker library later adds its own allowlist on top (`airlock_worker::confine`).
@@ -94,6 +95,21 @@ const PIPE_LOCK_HOLDERS: [i64; 4] = [
     libc::SYS_tee,
     libc::SYS_vmsplice,
     libc::SYS_sendfile,
+];
+
+/// Calls that draw on a kernel budget kept for a whole user or machine, not for the worker:
+/// inotify instances and fanotify groups count against the user that created the worker's
+/// user namespace (root, for a root host: 128 each for every root process of the machine),
+/// and AIO contexts against one budget of the whole machine (`fs.aio-max-nr`). A worker that
+/// took them all would deny them to its host, its siblings and every other process of that
+/// user, for as long as it lives. Answered `ENOSYS`: file watchers fall back to polling,
+/// `libaio` users to plain reads and writes.
+const SHARED_BUDGET_CALLS: &[i64] = &[
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_inotify_init,
+    libc::SYS_inotify_init1,
+    libc::SYS_fanotify_init,
+    libc::SYS_io_setup,
 ];
 
 /// Namespace flags `clone` must not carry.
@@ -339,6 +355,7 @@ fn compile_denylist(around: Surroundings) -> Result<Vec<BpfProgram>, Confinement
     .map_err(unsupported)?;
     let absent = std::iter::once(libc::SYS_clone3)
         .chain(PIPE_LOCK_HOLDERS)
+        .chain(SHARED_BUDGET_CALLS.iter().copied())
         .map(|nr| (nr, Vec::new()))
         .collect();
     let absent = compile(

@@ -16,6 +16,9 @@
 //! - `connect`: tries to connect; prints `connected` (exit 0) or `error <kind>` (exit 3).
 //! - `listen PARENT`: binds a named listener under PARENT, prints its name, and blocks until
 //!   killed: an earlier run that died and left its name behind.
+//! - `epoll_watch`: adds a descriptor to an epoll instance (before any runtime, which needs
+//!   watches of its own); prints `added` (exit 0) or `error <OS error>` (exit 3): whether the
+//!   kernel's epoll budget for this process's uid has room.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -37,6 +40,9 @@ fn say(line: &str) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("epoll_watch") {
+        return epoll_watch();
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -159,4 +165,28 @@ async fn wait_for_close(mut stream: UnixStream) -> std::io::Result<ExitCode> {
         "still open"
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// Adds an eventfd to a new epoll instance: one epoll watch of this process's uid.
+fn epoll_watch() -> ExitCode {
+    use rustix::event::{epoll, eventfd, EventfdFlags};
+    let added = epoll::create(epoll::CreateFlags::CLOEXEC).and_then(|instance| {
+        let event = eventfd(0, EventfdFlags::CLOEXEC)?;
+        epoll::add(
+            &instance,
+            &event,
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )
+    });
+    match added {
+        Ok(()) => {
+            say("added");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            say(&format!("error {}", std::io::Error::from(err)));
+            ExitCode::from(3)
+        }
+    }
 }

@@ -270,6 +270,16 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
             steal_sibling(number(host)? as i32, number(victim)? as i32)
         }
         "pass_fd_to_host" => pass_fd_to_host(),
+        // A kernel budget the worker shares with others (`inotify`, `fanotify`, `aio`,
+        // `timers`, `mqueue`):
+        // `take_budget` takes all it can and keeps it for the worker's life; `use_budget`
+        // takes one and gives it back at once.
+        "take_budget" => shared_budget::take(shared_budget::Budget::named(arg)?),
+        "use_budget" if arg == "epoll" => shared_budget::use_epoll_watch(),
+        "use_budget" => shared_budget::use_one(shared_budget::Budget::named(arg)?),
+        // The epoll watches the kernel allows the worker's uid (per user, for the whole
+        // machine): `take_epoll_watches N` has N children take them all and keep them.
+        "take_epoll_watches" => shared_budget::take_epoll_watches(number(arg)? as usize),
         other => Err(HandlerError::new(format!("unknown attack {other}"))),
     }
 }
@@ -675,5 +685,269 @@ mod pipe_lock_calls {
             }
         }
         available
+    }
+}
+
+/// Kernel budgets kept per user or for the whole machine, which a worker shares with every
+/// process that draws on the same one.
+mod shared_budget {
+    use super::{errno, refused, HandlerError};
+
+    /// A budget taken one object at a time.
+    #[derive(Clone, Copy)]
+    pub enum Budget {
+        /// inotify instances: `fs.inotify.max_user_instances` per user (for a user namespace,
+        /// its creator's).
+        Inotify,
+        /// fanotify groups: `fs.fanotify.max_user_groups`, counted as inotify's are.
+        Fanotify,
+        /// AIO events: `fs.aio-max-nr`, one budget for the whole machine.
+        Aio,
+        /// POSIX timers, each holding a queued signal: `RLIMIT_SIGPENDING`, counted per user
+        /// up the chain of user namespaces (for a worker's, against its creator's too).
+        Timers,
+        /// POSIX message queues' bytes: `RLIMIT_MSGQUEUE`, counted as signals are. Each is
+        /// unlinked as soon as it is opened, so it goes with the last descriptor to it (one the
+        /// process may not open stays with its IPC namespace).
+        Mqueue,
+    }
+
+    impl Budget {
+        pub fn named(name: &str) -> Result<Self, HandlerError> {
+            match name {
+                "inotify" => Ok(Self::Inotify),
+                "fanotify" => Ok(Self::Fanotify),
+                "aio" => Ok(Self::Aio),
+                "timers" => Ok(Self::Timers),
+                "mqueue" => Ok(Self::Mqueue),
+                other => Err(HandlerError::new(format!("no budget named {other}"))),
+            }
+        }
+
+        /// Takes `size` of the budget (one instance, group or `size` AIO events), kept
+        /// until `give_back`: its handle, or the OS error that refused it.
+        fn take(self, size: i64) -> Result<u64, std::io::Error> {
+            // SAFETY: plain system calls; `io_setup` writes the new context into `ctx`.
+            let taken = unsafe {
+                match self {
+                    Self::Inotify => libc::inotify_init1(libc::IN_CLOEXEC) as i64,
+                    Self::Fanotify => libc::fanotify_init(
+                        libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_FID | libc::FAN_CLOEXEC,
+                        libc::O_RDONLY as libc::c_uint,
+                    ) as i64,
+                    Self::Aio => {
+                        let mut ctx: libc::c_ulong = 0;
+                        match libc::syscall(libc::SYS_io_setup, size, &mut ctx) {
+                            0 => ctx as i64,
+                            _ => -1,
+                        }
+                    }
+                    Self::Timers => {
+                        let mut event: libc::sigevent = std::mem::zeroed();
+                        event.sigev_notify = libc::SIGEV_NONE;
+                        let mut timer: libc::timer_t = std::ptr::null_mut();
+                        match libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) {
+                            0 => timer as i64,
+                            _ => -1,
+                        }
+                    }
+                    Self::Mqueue => {
+                        static MADE: std::sync::atomic::AtomicU64 =
+                            std::sync::atomic::AtomicU64::new(0);
+                        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let name = std::ffi::CString::new(format!(
+                            "/airlock-attack-{}-{made}",
+                            std::process::id()
+                        ))
+                        .expect("no NUL");
+                        let queue = libc::mq_open(
+                            name.as_ptr(),
+                            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+                            0o600 as libc::mode_t,
+                            std::ptr::null::<libc::mq_attr>(),
+                        );
+                        if queue >= 0 {
+                            libc::mq_unlink(name.as_ptr());
+                        }
+                        queue as i64
+                    }
+                }
+            };
+            if taken < 0 {
+                Err(errno())
+            } else {
+                Ok(taken as u64)
+            }
+        }
+
+        fn give_back(self, handle: u64) {
+            // SAFETY: the handle `take` returned, released once.
+            unsafe {
+                match self {
+                    Self::Inotify | Self::Fanotify => libc::close(handle as i32),
+                    Self::Aio => libc::syscall(libc::SYS_io_destroy, handle) as i32,
+                    Self::Timers => libc::timer_delete(handle as libc::timer_t),
+                    Self::Mqueue => libc::mq_close(handle as libc::mqd_t),
+                };
+            }
+        }
+    }
+
+    /// Takes all of `budget` it can (at most 100,000 objects; AIO events in halving sizes,
+    /// from the whole machine's budget down to one), and keeps it for the worker's life.
+    pub fn take(budget: Budget) -> Result<String, HandlerError> {
+        let mut taken = 0u64;
+        let mut size = match budget {
+            Budget::Aio => std::fs::read_to_string("/proc/sys/fs/aio-max-nr")
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(65536),
+            Budget::Inotify | Budget::Fanotify | Budget::Timers | Budget::Mqueue => 1,
+        };
+        let mut last = None;
+        while size > 0 && taken < 100_000 {
+            match budget.take(size) {
+                Ok(_kept) => taken += size as u64,
+                // Made and charged, then refused to this process (Landlock): the kernel creates
+                // a queue before it checks the open, and the queue stays with the worker's IPC
+                // namespace.
+                Err(err)
+                    if matches!(budget, Budget::Mqueue)
+                        && err.raw_os_error() == Some(libc::EACCES) =>
+                {
+                    taken += 1;
+                    last = Some(err);
+                }
+                Err(err) => {
+                    last = Some(err);
+                    match budget {
+                        Budget::Aio => size /= 2,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        match (taken, last) {
+            (0, Some(err)) => Err(refused("take", err)),
+            (taken, last) => Ok(format!(
+                "took {taken}; then {}",
+                last.map_or("nothing refused".to_string(), |e| e.to_string())
+            )),
+        }
+    }
+
+    /// Takes one of `budget` and gives it back.
+    pub fn use_one(budget: Budget) -> Result<String, HandlerError> {
+        let handle = budget.take(1).map_err(|e| refused("take one", e))?;
+        budget.give_back(handle);
+        Ok("took one".into())
+    }
+
+    /// Adds one descriptor to an epoll instance, then closes both.
+    pub fn use_epoll_watch() -> Result<String, HandlerError> {
+        // SAFETY: plain system calls on descriptors this function owns and closes.
+        unsafe {
+            let epoll = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            let eventfd = libc::eventfd(0, libc::EFD_CLOEXEC);
+            if epoll < 0 || eventfd < 0 {
+                return Err(refused("epoll_create1 or eventfd", errno()));
+            }
+            let mut event = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: 0,
+            };
+            let added = libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, eventfd, &mut event);
+            let err = errno();
+            libc::close(epoll);
+            libc::close(eventfd);
+            if added != 0 {
+                return Err(refused("epoll_ctl", err));
+            }
+        }
+        Ok("took one".into())
+    }
+
+    /// `children` processes, each adding 600 descriptors of one eventfd to each of 400
+    /// epoll instances of its own (240,000 watches), keep their watches and take back any
+    /// watch freed, a millisecond apart, for the worker's life. Answers once every child has
+    /// reported: how many watches they hold, and what refused the next one.
+    pub fn take_epoll_watches(children: usize) -> Result<String, HandlerError> {
+        const TARGETS: usize = 600;
+        const EPOLLS: usize = 400;
+        let mut report = [0 as libc::c_int; 2];
+        // SAFETY: plain system calls; each child uses only system calls and never returns.
+        unsafe {
+            if libc::pipe(report.as_mut_ptr()) != 0 {
+                return Err(refused("pipe", errno()));
+            }
+            let mut forked = 0;
+            for _ in 0..children {
+                match libc::fork() {
+                    0 => {
+                        let (mut held, mut refusal) = (0u64, 0u64);
+                        let eventfd = libc::eventfd(0, 0);
+                        let mut targets = [eventfd; TARGETS];
+                        for target in targets.iter_mut().skip(1) {
+                            *target = libc::dup(eventfd);
+                        }
+                        for _ in 0..EPOLLS {
+                            let epoll = libc::epoll_create1(0);
+                            if epoll < 0 {
+                                break;
+                            }
+                            for &target in targets.iter().filter(|t| **t >= 0) {
+                                let mut event = libc::epoll_event {
+                                    events: libc::EPOLLIN as u32,
+                                    u64: 0,
+                                };
+                                while libc::epoll_ctl(
+                                    epoll,
+                                    libc::EPOLL_CTL_ADD,
+                                    target,
+                                    &mut event,
+                                ) != 0
+                                {
+                                    if refusal == 0 {
+                                        refusal = *libc::__errno_location() as u64;
+                                        let words = [held, refusal];
+                                        libc::write(report[1], words.as_ptr().cast(), 16);
+                                    }
+                                    libc::usleep(1000);
+                                }
+                                held += 1;
+                            }
+                        }
+                        if refusal == 0 {
+                            let words = [held, 0u64];
+                            libc::write(report[1], words.as_ptr().cast(), 16);
+                        }
+                        loop {
+                            libc::pause();
+                        }
+                    }
+                    -1 => break,
+                    _ => forked += 1,
+                }
+            }
+            libc::close(report[1]);
+            let (mut held, mut refusal) = (0u64, 0u64);
+            for _ in 0..forked {
+                let mut words = [0u64; 2];
+                if libc::read(report[0], words.as_mut_ptr().cast(), 16) != 16 {
+                    break;
+                }
+                held += words[0];
+                refusal = refusal.max(words[1]);
+            }
+            libc::close(report[0]);
+            Ok(format!(
+                "{forked} children hold {held} epoll watches; then {}",
+                if refusal == 0 {
+                    "nothing refused".to_string()
+                } else {
+                    std::io::Error::from_raw_os_error(refusal as i32).to_string()
+                }
+            ))
+        }
     }
 }

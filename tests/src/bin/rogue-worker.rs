@@ -900,6 +900,9 @@ fn send_an_impostor_first() {
 }
 
 fn main() -> ExitCode {
+    // The files a scene's workers leave for its test are shared by all of them, and the
+    // workers of different hosts run under different uids: every file is everyone's to write.
+    rustix::process::umask(rustix::fs::Mode::empty());
     let scenario = std::env::args().nth(1).unwrap_or_else(|| "honest".into());
     if scenario == ESCAPED_GRANDCHILD {
         return escaped_grandchild();
