@@ -274,6 +274,52 @@ async fn a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host() {
     sibling.shutdown().await;
 }
 
+/// What the kernel counts per user up the chain of user namespaces (queued signals, message
+/// queues, inotify instances) is charged to each namespace's owner as well: a root host's
+/// worker's namespace is owned by its worker uid, never by root, so the worker charges
+/// nothing to root, whose budgets every root process of the machine shares. Shown with the
+/// standard signals a process sends itself, which pass the pending-signal limit: live
+/// unconfined, root's count (`SigQ`) grows by what the worker queued; confined, it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_worker_queues_is_never_charged_to_root() {
+    if !rustix::process::geteuid().is_root() {
+        println!(
+            "SKIPPED what_a_worker_queues_is_never_charged_to_root: an unprivileged host owns \
+             its workers' namespaces, and they share its uid"
+        );
+        return;
+    }
+    let root_queued = || -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("SigQ:")).unwrap();
+        line[5..].trim().split('/').next().unwrap().parse().unwrap()
+    };
+    let queued = |said: &str| -> u64 { said.rsplit(' ').next().unwrap().parse().unwrap() };
+    const CHILDREN: &str = "20";
+    let live = attack_host(Confinement::none(), true).await;
+    let before = root_queued();
+    let said = run(&live, "take_standard_signals", CHILDREN).await.unwrap();
+    let grew = root_queued().saturating_sub(before);
+    assert!(
+        queued(&said) >= 500 && grew >= queued(&said) * 9 / 10,
+        "unconfined, root must be charged what its worker queued, or this test proves \
+         nothing: {said}; root's count grew by {grew}"
+    );
+    live.shutdown().await;
+    let confined = attack_host(Confinement::strict(), false).await;
+    let before = root_queued();
+    let said = run(&confined, "take_standard_signals", CHILDREN)
+        .await
+        .unwrap();
+    let grew = root_queued().saturating_sub(before);
+    assert!(
+        queued(&said) >= 500 && grew < 100,
+        "confined, nothing of the worker's may be charged to root: {said}; root's count grew \
+         by {grew}"
+    );
+    confined.shutdown().await;
+}
+
 /// A root host gives each `Host`'s workers a uid of their own, so a worker that uses up the
 /// epoll watches the kernel allows its uid (`fs.epoll.max_user_watches`, per user for the
 /// whole machine, which no rlimit or filter can bound) takes none of its sibling's, its

@@ -3,6 +3,9 @@
 //!
 //! ```text
 //! host ──fork──▶ keeper ──clone(CLONE_NEW*)──▶ init (PID 1) ──clone(VM|VFORK)──▶ worker (PID 2)
+//!                  │ (a root host with a worker uid of its own makes the user namespace
+//!                  │  first, as that uid, in an anchor child; a second child joins it and
+//!                  │  makes init there, beside the keeper: `create_init`)
 //!                  │ list the host's memory       │ parent-death signal,   │ own session
 //!                  │ write uid/gid maps           │   wait for "go"        │ channel to fd 3
 //!                  │ oom_score_adj, "go"          │ copy granted paths     ▼ execve
@@ -31,7 +34,7 @@
 //! worker is not a fork: it shares init's memory until its own `exec` (`sys::exec_in_sandbox`,
 //! as `posix_spawn` does), so no third copy of the host's memory is made for it.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::io::Errno;
 
@@ -40,6 +43,14 @@ use super::host_memory::HostMemory;
 use super::plan::{ChildPlan, REPORT_ERROR, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
+
+/// Which process a clone in [`ChildPlan::create_init`] left running this code.
+enum Made {
+    /// The keeper, with init's pid.
+    Keeper { init: i32 },
+    /// Init.
+    Init,
+}
 
 /// Why the child stopped before the worker ran.
 enum ChildFailure {
@@ -88,14 +99,10 @@ impl ChildPlan {
     fn keep(&mut self) -> Result<(), ChildFailure> {
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
-        let pid = crate::sys::clone_into_namespaces(super::namespaces::CLONE_FLAGS)
-            .map_err(|e| (ConfinementStep::CreateNamespaces, e))?;
-        if pid == 0 {
-            return self.init(&host_memory);
-        }
-        self.identity
-            .write_maps(pid)
-            .map_err(|e| (ConfinementStep::MapIdentity, e))?;
+        let pid = match self.create_init()? {
+            Made::Init => return self.init(&host_memory),
+            Made::Keeper { init } => init,
+        };
         // Under memory pressure the kernel kills the worker before its host.
         super::namespaces::prefer_for_oom_kill(pid)
             .map_err(|e| (ConfinementStep::MapIdentity, e))?;
@@ -157,6 +164,101 @@ impl ChildPlan {
                 Err(Errno::INTR) => continue,
                 _ => crate::sys::exit_now(127),
             }
+        }
+    }
+
+    /// Creates init in the worker's namespaces, its ids mapped: returns in the keeper with
+    /// init's pid, and in init. Where the namespace must be the worker uid's
+    /// ([`Identity::namespace_owner`](super::namespaces::Identity::namespace_owner)), the user
+    /// namespace comes first, made by an *anchor*: a child that takes that uid as its
+    /// effective one for the `clone` (the kernel takes a namespace's owner, and the user its
+    /// members' counts are charged to, from its creator's effective uid), then waits. Init
+    /// must still hold the host's uid 0 for its set-up (it reads the granted paths as root
+    /// does), so it is made by a second child that joins the anchor's namespace as root and
+    /// makes init there, beside the keeper (`CLONE_PARENT`), in the other new namespaces;
+    /// then both children end.
+    fn create_init(&mut self) -> Result<Made, (ConfinementStep, Errno)> {
+        use super::namespaces::{
+            act_as, open_user_namespace, CLONE_FLAGS, CLONE_FLAGS_BESIDE_USER,
+        };
+        use ConfinementStep::{CreateNamespaces, MapIdentity, Synchronise};
+        let Some(owner) = self.identity.namespace_owner() else {
+            let pid = crate::sys::clone_into_namespaces(CLONE_FLAGS)
+                .map_err(|e| (CreateNamespaces, e))?;
+            if pid == 0 {
+                return Ok(Made::Init);
+            }
+            self.identity
+                .write_maps(pid)
+                .map_err(|e| (MapIdentity, e))?;
+            return Ok(Made::Keeper { init: pid });
+        };
+        let pipe = || {
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| (Synchronise, e))
+        };
+        let (hold, release) = pipe()?;
+        act_as(owner).map_err(|e| (MapIdentity, e))?;
+        let anchor = crate::sys::clone_into_namespaces(libc::CLONE_NEWUSER);
+        if anchor == Ok(0) {
+            // The anchor: holds the namespace until the keeper lets go (or dies).
+            crate::sys::close_all_except(&[hold.as_raw_fd()]);
+            let _ = rustix::io::read(&hold, &mut [0u8; 1]);
+            crate::sys::exit_now(0);
+        }
+        act_as(0).map_err(|e| (MapIdentity, e))?;
+        // A change of effective uid clears the parent-death signal: arm it again, and make
+        // sure the host did not die in between (nobody would kill this process then).
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+            .map_err(|e| (Synchronise, e))?;
+        if rustix::process::getppid() != Some(self.host) {
+            return Err((Synchronise, Errno::SRCH));
+        }
+        let anchor = anchor.map_err(|e| (CreateNamespaces, e))?;
+        self.identity
+            .write_maps(anchor)
+            .map_err(|e| (MapIdentity, e))?;
+        let namespace = open_user_namespace(anchor).map_err(|e| (CreateNamespaces, e))?;
+        let (pid_read, pid_write) = pipe()?;
+        let maker = crate::sys::clone_into_namespaces(0).map_err(|e| (CreateNamespaces, e))?;
+        if maker == 0 {
+            let made = rustix::thread::move_into_link_name_space(
+                namespace.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::User),
+            )
+            .and_then(|()| {
+                crate::sys::clone_into_namespaces(CLONE_FLAGS_BESIDE_USER | libc::CLONE_PARENT)
+            });
+            match made {
+                Ok(0) => return Ok(Made::Init),
+                Ok(init) => {
+                    let _ = rustix::io::write(&pid_write, &init.to_le_bytes());
+                    crate::sys::exit_now(0);
+                }
+                Err(e) => {
+                    self.report(REPORT_ERROR, CreateNamespaces.code(), e.raw_os_error());
+                    crate::sys::exit_now(127);
+                }
+            }
+        }
+        drop(pid_write);
+        let mut init = [0u8; 4];
+        let read = rustix::io::read(&pid_read, &mut init);
+        let _ = rustix::process::waitpid(
+            rustix::process::Pid::from_raw(maker),
+            rustix::process::WaitOptions::empty(),
+        );
+        // Init is in the namespace now: the anchor may go.
+        drop(release);
+        let _ = rustix::process::waitpid(
+            rustix::process::Pid::from_raw(anchor),
+            rustix::process::WaitOptions::empty(),
+        );
+        match read {
+            Ok(4) => Ok(Made::Keeper {
+                init: i32::from_le_bytes(init),
+            }),
+            Ok(_) => Err((CreateNamespaces, Errno::CHILD)),
+            Err(e) => Err((CreateNamespaces, e)),
         }
     }
 

@@ -15,7 +15,9 @@
 //! not map that range (a container's), `nobody` outside too, shared. The kernel keeps some
 //! budgets per uid for the whole machine (epoll watches, pipe pages): a worker that used up
 //! a uid its siblings (or any `nobody` daemon) also ran as would take the budget from them; a
-//! uid of its own, it takes only its own. An unprivileged host may map only its own uid, and
+//! uid of its own, it takes only its own. The same uid owns the worker's user namespace, so
+//! what the kernel charges up the chain of namespaces lands on it, not on root
+//! ([`Identity::namespace_owner`]). An unprivileged host may map only its own uid, and
 //! does, inside and out. Either way the worker holds no capability in its namespace after
 //! `exec`. Its group is `nogroup` (65534) for a root host, the host's own otherwise.
 
@@ -92,6 +94,9 @@ pub(crate) const CLONE_FLAGS: i32 = libc::CLONE_NEWUSER
     | libc::CLONE_NEWIPC
     | libc::CLONE_NEWUTS;
 
+/// The namespaces init is made in once it has joined a user namespace made before it.
+pub(crate) const CLONE_FLAGS_BESIDE_USER: i32 = CLONE_FLAGS & !libc::CLONE_NEWUSER;
+
 /// The namespace links the host compares with its own, with what each one proves.
 pub(crate) const CHECKED_NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "net", "ipc", "uts"];
 
@@ -107,6 +112,9 @@ pub(crate) struct Identity {
     /// The host is root: the worker must switch to `own_uid`/`gid` itself after its mounts
     /// (it still holds the host's uid 0, unmapped, until then).
     pub(crate) host_is_root: bool,
+    /// Who must make the worker's user namespace, where not its host: see
+    /// [`namespace_owner`](Self::namespace_owner).
+    owner: Option<u32>,
     uid_map: CString,
     gid_map: CString,
 }
@@ -131,9 +139,21 @@ impl Identity {
             gid,
             own_uid: if namespaced { inside } else { uid },
             host_is_root,
+            owner: (host_is_root && namespaced && uid != NOBODY).then_some(uid),
             uid_map: map(inside, uid),
             gid_map: map(gid, gid),
         }
+    }
+
+    /// The uid that must own the worker's user namespace, where it is not the host's: a root
+    /// host's worker uid of its own. The kernel charges what it counts per user (queued
+    /// signals, message queues, inotify instances) to every namespace's owner up the chain as
+    /// well as to the process's own uid, so a namespace made by root would charge root's
+    /// budgets, shared by every root process of the machine, and one made by the worker's uid
+    /// charges only that uid's. `None` for a shared `nobody` (a `nobody` process outside would
+    /// own the namespace) and for an unprivileged host (it owns the namespace anyway).
+    pub(crate) fn namespace_owner(&self) -> Option<u32> {
+        self.owner
     }
 
     /// Run by the keeper once the worker exists: writes its maps. An unprivileged keeper may
@@ -176,9 +196,36 @@ pub(crate) fn prefer_for_oom_kill(pid: i32) -> Result<(), Errno> {
     }
 }
 
+/// Makes this (single-threaded) process's effective uid `uid`, keeping root as its real and
+/// saved uid so that it can become root again (`euid_root`). Between fork and `exec`.
+pub(crate) fn act_as(uid: u32) -> Result<(), Errno> {
+    use rustix::process::Uid;
+    rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::from_raw(uid), Uid::ROOT)
+}
+
+/// Opens `/proc/<pid>/ns/user`, to join that process's user namespace. Between fork and
+/// `exec`.
+pub(crate) fn open_user_namespace(pid: i32) -> Result<rustix::fd::OwnedFd, Errno> {
+    open_proc_file(pid, b"ns/user", rustix::fs::OFlags::RDONLY)
+}
+
 /// Writes `contents` to `/proc/<pid>/<name>` without allocating (the path is built on the
 /// stack): it runs between fork and `exec`.
 fn write_proc_file(pid: i32, name: &[u8], contents: &[u8]) -> Result<(), Errno> {
+    let fd = open_proc_file(pid, name, rustix::fs::OFlags::WRONLY)?;
+    let written = rustix::io::write(&fd, contents)?;
+    if written != contents.len() {
+        return Err(Errno::IO);
+    }
+    Ok(())
+}
+
+/// Opens `/proc/<pid>/<name>` with `flags` (and close-on-exec) without allocating.
+fn open_proc_file(
+    pid: i32,
+    name: &[u8],
+    flags: rustix::fs::OFlags,
+) -> Result<rustix::fd::OwnedFd, Errno> {
     let mut path = [0u8; 64];
     let mut len = 0;
     let mut push = |bytes: &[u8]| {
@@ -195,16 +242,11 @@ fn write_proc_file(pid: i32, name: &[u8], contents: &[u8]) -> Result<(), Errno> 
     push(b"/");
     push(name);
     let path = std::ffi::CStr::from_bytes_until_nul(&path[..=len]).map_err(|_| Errno::INVAL)?;
-    let fd = rustix::fs::open(
+    rustix::fs::open(
         path,
-        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        flags | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
-    )?;
-    let written = rustix::io::write(&fd, contents)?;
-    if written != contents.len() {
-        return Err(Errno::IO);
-    }
-    Ok(())
+    )
 }
 
 /// `n` in decimal, written into `digits` without allocating (between fork and `exec`).

@@ -17,9 +17,11 @@ pub const DEFAULT_MAX_OPEN_FILES: u64 = 1024;
 
 /// Default limit on signals queued to the worker and its POSIX timers (`RLIMIT_SIGPENDING`):
 /// 64. The kernel counts them, through the worker's user namespace, against the user that
-/// made that namespace too (root, for a root host), and the machine's root processes are
-/// refused a real-time signal or a timer once root's count reaches their own limit: a worker
-/// bounded this way can take at most this many of them.
+/// owns that namespace too: the worker's own uid for a root host, but the host's user for an
+/// unprivileged host, and root for a root host in a container's namespace (SECURITY.md). That
+/// user's processes are refused a real-time signal or a timer once its count reaches their
+/// own limit; a worker bounded this way takes at most this many of them (standard signals it
+/// sends itself pass the limit, and are counted all the same).
 pub const DEFAULT_MAX_PENDING_SIGNALS: u64 = 64;
 
 /// Default largest file the worker may write (`RLIMIT_FSIZE`): 1 GiB.
@@ -150,8 +152,8 @@ impl Confinement {
     /// [`DEFAULT_MAX_PROCESSES`], [`DEFAULT_MAX_OPEN_FILES`], [`DEFAULT_MAX_FILE_SIZE`],
     /// [`DEFAULT_MAX_PENDING_SIGNALS`], no CPU-time limit (a long-lived worker accumulates CPU
     /// time; each call has its deadline), no core dumps and no POSIX message queue
-    /// (`RLIMIT_MSGQUEUE` 0: a queue's bytes count against the user that made the worker's
-    /// namespace too, root's for a root host). Spawning fails if the kernel lacks a layer.
+    /// (`RLIMIT_MSGQUEUE` 0: a queue's bytes count against the user that owns the worker's
+    /// namespace too). Spawning fails if the kernel lacks a layer.
     pub fn strict() -> Self {
         Self {
             mode: ConfinementMode::Strict,

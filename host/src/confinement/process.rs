@@ -4,8 +4,9 @@
 //! processes and threads, descriptors, file size, queued signals and timers) and forbid core
 //! dumps, which would write the worker's memory (call data) to disk, and POSIX message queues.
 //! Queued signals and message queues are counted, through the worker's user namespace, against
-//! the user that made it too (root, for a root host): without the worker's own bound one
-//! worker could take the whole of root's. Capabilities are dropped from every set, the bounding
+//! the user that owns it too (the host's user for an unprivileged host; root for a root host
+//! in a container's namespace): without the worker's own bound one worker could take the
+//! whole of that user's. Capabilities are dropped from every set, the bounding
 //! set included, so nothing the worker execs can regain one; `no_new_privs` makes set-uid and
 //! file-capability binaries powerless and is what lets an unprivileged process install
 //! seccomp and Landlock.
@@ -73,7 +74,7 @@ impl Limits {
         )? {
             entries.push((Resource::Sigpending, n));
         }
-        // A POSIX message queue's bytes count against the user that made the worker's user
+        // A POSIX message queue's bytes count against the user that owns the worker's user
         // namespace as well as the worker's: none at all, as no worker shares one with anyone.
         entries.push((Resource::Msgqueue, 0));
         Ok(Self { entries })

@@ -280,6 +280,9 @@ fn attack(name: &str, arg: &str) -> Result<String, HandlerError> {
         // The epoll watches the kernel allows the worker's uid (per user, for the whole
         // machine): `take_epoll_watches N` has N children take them all and keep them.
         "take_epoll_watches" => shared_budget::take_epoll_watches(number(arg)? as usize),
+        // Standard signals its processes send themselves, which pass the pending-signal
+        // limit: `take_standard_signals N` has N children queue them and keep them.
+        "take_standard_signals" => shared_budget::take_standard_signals(number(arg)? as usize),
         other => Err(HandlerError::new(format!("unknown attack {other}"))),
     }
 }
@@ -841,6 +844,57 @@ mod shared_budget {
         let handle = budget.take(1).map_err(|e| refused("take one", e))?;
         budget.give_back(handle);
         Ok("took one".into())
+    }
+
+    /// `children` processes each block every signal and send themselves each standard signal
+    /// that can wait (`kill`: the kernel lets such a signal past `RLIMIT_SIGPENDING`, but
+    /// still counts it against every user up the chain of user namespaces), then wait for
+    /// the worker's life. Answers how many they queued.
+    pub fn take_standard_signals(children: usize) -> Result<String, HandlerError> {
+        let mut report = [0 as libc::c_int; 2];
+        // SAFETY: plain system calls; each child makes only async-signal-safe ones and never
+        // returns.
+        unsafe {
+            if libc::pipe(report.as_mut_ptr()) != 0 {
+                return Err(refused("pipe", errno()));
+            }
+            let mut forked = 0;
+            for _ in 0..children {
+                match libc::fork() {
+                    0 => {
+                        let mut all: libc::sigset_t = std::mem::zeroed();
+                        libc::sigfillset(&mut all);
+                        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+                        let mut queued = 0u64;
+                        for signal in 1..32 {
+                            if signal != libc::SIGKILL
+                                && signal != libc::SIGSTOP
+                                && libc::kill(libc::getpid(), signal) == 0
+                            {
+                                queued += 1;
+                            }
+                        }
+                        libc::write(report[1], (&raw const queued).cast(), 8);
+                        loop {
+                            libc::pause();
+                        }
+                    }
+                    -1 => break,
+                    _ => forked += 1,
+                }
+            }
+            libc::close(report[1]);
+            let mut queued = 0u64;
+            for _ in 0..forked {
+                let mut one = 0u64;
+                if libc::read(report[0], (&raw mut one).cast(), 8) != 8 {
+                    break;
+                }
+                queued += one;
+            }
+            libc::close(report[0]);
+            Ok(format!("{forked} children queued {queued}"))
+        }
     }
 
     /// Adds one descriptor to an epoll instance, then closes both.
