@@ -46,8 +46,9 @@ type StepResult = Result<(), (ConfinementStep, Errno)>;
 
 /// Which process a clone in [`ChildPlan::create_init`] left running this code.
 enum Made {
-    /// The keeper, with init's pid.
-    Keeper { init: i32 },
+    /// The keeper, with init's pid, and the children that made it (ended or ending), for
+    /// the keeper to reap off the spawn's path.
+    Keeper { init: i32, makers: [Option<i32>; 2] },
     /// Init.
     Init,
 }
@@ -99,9 +100,9 @@ impl ChildPlan {
     fn keep(&mut self) -> Result<(), ChildFailure> {
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
-        let pid = match self.create_init()? {
+        let (pid, makers) = match self.create_init()? {
             Made::Init => return self.init(&host_memory),
-            Made::Keeper { init } => init,
+            Made::Keeper { init, makers } => (init, makers),
         };
         // Under memory pressure the kernel kills the worker before its host.
         super::namespaces::prefer_for_oom_kill(pid)
@@ -122,6 +123,7 @@ impl ChildPlan {
             rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
         }
         self.report(REPORT_PID, 0, pid);
+        reap(&makers);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
         // exit is the end of its streams), not the report pipe. Only `go`, whose closing tells
         // init the keeper is gone, and the read end of init's status pipe.
@@ -191,7 +193,10 @@ impl ChildPlan {
             self.identity
                 .write_maps(pid)
                 .map_err(|e| (MapIdentity, e))?;
-            return Ok(Made::Keeper { init: pid });
+            return Ok(Made::Keeper {
+                init: pid,
+                makers: [None, None],
+            });
         };
         let pipe = || {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| (Synchronise, e))
@@ -243,23 +248,21 @@ impl ChildPlan {
         drop(pid_write);
         let mut init = [0u8; 4];
         let read = rustix::io::read(&pid_read, &mut init);
-        let _ = rustix::process::waitpid(
-            rustix::process::Pid::from_raw(maker),
-            rustix::process::WaitOptions::empty(),
-        );
-        // Init is in the namespace now: the anchor may go.
+        // Init is in the namespace now (or was never made): the anchor may go. Both children
+        // end on their own; the keeper reaps them once init is on its way.
         drop(release);
-        let _ = rustix::process::waitpid(
-            rustix::process::Pid::from_raw(anchor),
-            rustix::process::WaitOptions::empty(),
-        );
-        match read {
-            Ok(4) => Ok(Made::Keeper {
-                init: i32::from_le_bytes(init),
-            }),
-            Ok(_) => Err((CreateNamespaces, Errno::CHILD)),
-            Err(e) => Err((CreateNamespaces, e)),
-        }
+        let failed = match read {
+            Ok(4) => {
+                return Ok(Made::Keeper {
+                    init: i32::from_le_bytes(init),
+                    makers: [Some(maker), Some(anchor)],
+                })
+            }
+            Ok(_) => Errno::CHILD,
+            Err(e) => e,
+        };
+        reap(&[Some(maker), Some(anchor)]);
+        Err((CreateNamespaces, failed))
     }
 
     /// PID 1 of the worker's namespaces, still running the host's code: it builds the sandbox,
@@ -432,6 +435,16 @@ fn reported_status(status: &OwnedFd) -> Option<i32> {
 
 /// The keeper holds the write end of `go` open for as long as it lives: a hang-up means it
 /// died before the parent-death signal was armed, and nobody would kill this process.
+/// Waits for each of `children` (ended or ending) to end.
+fn reap(children: &[Option<i32>]) {
+    for child in children.iter().flatten() {
+        let _ = rustix::process::waitpid(
+            rustix::process::Pid::from_raw(*child),
+            rustix::process::WaitOptions::empty(),
+        );
+    }
+}
+
 fn keeper_alive(go: &OwnedFd) -> StepResult {
     let mut fds = [rustix::event::PollFd::new(go, rustix::event::PollFlags::IN)];
     let zero = rustix::event::Timespec {
