@@ -180,11 +180,17 @@ impl ChildPlan {
     /// makes init there, beside the keeper (`CLONE_PARENT`), in the other new namespaces;
     /// then both children end.
     fn create_init(&mut self) -> Result<Made, (ConfinementStep, Errno)> {
-        use super::namespaces::{
-            act_as, open_user_namespace, CLONE_FLAGS, CLONE_FLAGS_BESIDE_USER,
-        };
+        use super::namespaces::{act_as, CLONE_FLAGS};
         use ConfinementStep::{CreateNamespaces, MapIdentity, Synchronise};
-        let Some(owner) = self.identity.namespace_owner() else {
+        // Handing the namespace to the worker uid needs CAP_SYS_ADMIN over it once its owner
+        // is not this process's uid: to write its maps and to join it. A root host without
+        // it (a service whose bounding set dropped it) makes the namespace as root.
+        let may_hand_over = rustix::thread::capabilities(None).is_ok_and(|caps| {
+            caps.effective
+                .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
+        });
+        let owner = self.identity.namespace_owner().filter(|_| may_hand_over);
+        let Some(owner) = owner else {
             let pid = crate::sys::clone_into_namespaces(CLONE_FLAGS)
                 .map_err(|e| (CreateNamespaces, e))?;
             if pid == 0 {
@@ -198,10 +204,8 @@ impl ChildPlan {
                 makers: [None, None],
             });
         };
-        let pipe = || {
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| (Synchronise, e))
-        };
-        let (hold, release) = pipe()?;
+        let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| (Synchronise, e))?;
         act_as(owner).map_err(|e| (MapIdentity, e))?;
         let anchor = crate::sys::clone_into_namespaces(libc::CLONE_NEWUSER);
         if anchor == Ok(0) {
@@ -210,7 +214,33 @@ impl ChildPlan {
             let _ = rustix::io::read(&hold, &mut [0u8; 1]);
             crate::sys::exit_now(0);
         }
-        act_as(0).map_err(|e| (MapIdentity, e))?;
+        let restored = act_as(0).map_err(|e| (MapIdentity, e));
+        let anchor = anchor.map_err(|e| (CreateNamespaces, e))?;
+        // From here on the anchor exists: whatever happens, it is let go once init is in its
+        // namespace (or will never be), and reaped.
+        let made = restored.and_then(|()| self.make_init_in_namespace_of(anchor));
+        drop(release);
+        match made {
+            Ok(Made::Keeper {
+                init,
+                makers: [maker, _],
+            }) => Ok(Made::Keeper {
+                init,
+                makers: [maker, Some(anchor)],
+            }),
+            Ok(Made::Init) => Ok(Made::Init),
+            Err(failed) => {
+                reap(&[Some(anchor)]);
+                Err(failed)
+            }
+        }
+    }
+
+    /// The rest of [`create_init`](Self::create_init) once `anchor` holds the worker's user
+    /// namespace: its maps, then init made there by a child that joins it.
+    fn make_init_in_namespace_of(&mut self, anchor: i32) -> Result<Made, (ConfinementStep, Errno)> {
+        use super::namespaces::{open_user_namespace, CLONE_FLAGS_BESIDE_USER};
+        use ConfinementStep::{CreateNamespaces, MapIdentity, Synchronise};
         // A change of effective uid clears the parent-death signal: arm it again, and make
         // sure the host did not die in between (nobody would kill this process then).
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
@@ -218,12 +248,12 @@ impl ChildPlan {
         if rustix::process::getppid() != Some(self.host) {
             return Err((Synchronise, Errno::SRCH));
         }
-        let anchor = anchor.map_err(|e| (CreateNamespaces, e))?;
         self.identity
             .write_maps(anchor)
             .map_err(|e| (MapIdentity, e))?;
         let namespace = open_user_namespace(anchor).map_err(|e| (CreateNamespaces, e))?;
-        let (pid_read, pid_write) = pipe()?;
+        let (pid_read, pid_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| (Synchronise, e))?;
         let maker = crate::sys::clone_into_namespaces(0).map_err(|e| (CreateNamespaces, e))?;
         if maker == 0 {
             let made = rustix::thread::move_into_link_name_space(
@@ -247,21 +277,17 @@ impl ChildPlan {
         }
         drop(pid_write);
         let mut init = [0u8; 4];
-        let read = rustix::io::read(&pid_read, &mut init);
-        // Init is in the namespace now (or was never made): the anchor may go. Both children
-        // end on their own; the keeper reaps them once init is on its way.
-        drop(release);
-        let failed = match read {
+        let failed = match rustix::io::read(&pid_read, &mut init) {
             Ok(4) => {
                 return Ok(Made::Keeper {
                     init: i32::from_le_bytes(init),
-                    makers: [Some(maker), Some(anchor)],
+                    makers: [Some(maker), None],
                 })
             }
             Ok(_) => Errno::CHILD,
             Err(e) => e,
         };
-        reap(&[Some(maker), Some(anchor)]);
+        reap(&[Some(maker)]);
         Err((CreateNamespaces, failed))
     }
 

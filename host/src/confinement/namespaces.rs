@@ -151,7 +151,9 @@ impl Identity {
     /// well as to the process's own uid, so a namespace made by root would charge root's
     /// budgets, shared by every root process of the machine, and one made by the worker's uid
     /// charges only that uid's. `None` for a shared `nobody` (a `nobody` process outside would
-    /// own the namespace) and for an unprivileged host (it owns the namespace anyway).
+    /// own the namespace) and for an unprivileged host (it owns the namespace anyway). The
+    /// keeper hands the namespace over only while it holds `CAP_SYS_ADMIN` (needed to map and
+    /// join a namespace it does not own); without it root owns the namespace, as here.
     pub(crate) fn namespace_owner(&self) -> Option<u32> {
         self.owner
     }
