@@ -635,6 +635,45 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
     }
 }
 
+/// A child that shares this process's memory (`CLONE_VM`: no copy of it is made) in a user
+/// namespace of its own, which the kernel gives this thread's effective uid as owner: it
+/// closes every descriptor but `hold`, waits until `hold` gives a byte or its end, and ends.
+/// Returns its pid. Only called in a child between fork and `exec`, which has a single thread.
+pub(crate) fn clone_user_namespace_anchor(hold: RawFd) -> Result<i32, rustix::io::Errno> {
+    extern "C" fn anchor(hold: *mut libc::c_void) -> libc::c_int {
+        let hold = hold as usize as RawFd;
+        close_all_except(&[hold]);
+        let mut byte = 0u8;
+        // SAFETY: reads at most one byte into this function's own stack.
+        unsafe { libc::read(hold, std::ptr::addr_of_mut!(byte).cast(), 1) };
+        exit_now(0)
+    }
+    let stack = VforkStack::new()
+        .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::NOMEM))?;
+    let saved_mask = swap_signal_mask(!0).map_err(rustix::io::Errno::from_raw_os_error)?;
+    // SAFETY: the child runs `anchor` on `stack`, a mapping nothing else uses, which stays
+    // mapped (forgotten below) for as long as this process lives. It shares this process's
+    // memory but touches only its own stack: its system calls take integers and a pointer to
+    // its own byte, and no handler runs in it (every signal is blocked in it, as here around
+    // the clone). No pidfd, tls or tid is asked for, so the remaining pointers are unused.
+    let pid = unsafe {
+        libc::clone(
+            anchor,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+            hold as usize as *mut libc::c_void,
+        )
+    };
+    let clone_error = last_errno();
+    let _ = swap_signal_mask(saved_mask);
+    std::mem::forget(stack);
+    if pid < 0 {
+        Err(clone_error)
+    } else {
+        Ok(pid)
+    }
+}
+
 /// What the namespace's init needs to start the worker without a fork: the worker's command,
 /// built before the spawn's first fork (`std::process::Command`'s own program, arguments and
 /// environment, so the worker runs what `std` would have run), and a stack for the child.
@@ -942,12 +981,14 @@ pub(crate) fn unshare_cgroup_namespace() -> Result<(), rustix::io::Errno> {
 }
 
 /// The calling thread's last OS error, as rustix's type.
+/// The calling thread's `errno` as an `Errno`; `EINVAL` where it holds none (0), which
+/// `Errno` cannot carry.
 fn last_errno() -> rustix::io::Errno {
-    rustix::io::Errno::from_raw_os_error(
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL),
-    )
+    let raw = std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|raw| *raw > 0)
+        .unwrap_or(libc::EINVAL);
+    rustix::io::Errno::from_raw_os_error(raw)
 }
 
 /// Every signal number whose disposition can be changed (all but SIGKILL and SIGSTOP).

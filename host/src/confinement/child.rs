@@ -172,9 +172,10 @@ impl ChildPlan {
     /// Creates init in the worker's namespaces, its ids mapped: returns in the keeper with
     /// init's pid, and in init. Where the namespace must be the worker uid's
     /// ([`Identity::namespace_owner`](super::namespaces::Identity::namespace_owner)), the user
-    /// namespace comes first, made by an *anchor*: a child that takes that uid as its
-    /// effective one for the `clone` (the kernel takes a namespace's owner, and the user its
-    /// members' counts are charged to, from its creator's effective uid), then waits. Init
+    /// namespace comes first, made by an *anchor*: a child, sharing the keeper's memory, made
+    /// while the keeper takes that uid as its effective one (the kernel takes a namespace's
+    /// owner, and the user its members' counts are charged to, from its creator's effective
+    /// uid), which then waits. Init
     /// must still hold the host's uid 0 for its set-up (it reads the granted paths as root
     /// does), so it is made by a second child that joins the anchor's namespace as root and
     /// makes init there, beside the keeper (`CLONE_PARENT`), in the other new namespaces;
@@ -207,13 +208,9 @@ impl ChildPlan {
         let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| (Synchronise, e))?;
         act_as(owner).map_err(|e| (MapIdentity, e))?;
-        let anchor = crate::sys::clone_into_namespaces(libc::CLONE_NEWUSER);
-        if anchor == Ok(0) {
-            // The anchor: holds the namespace until the keeper lets go (or dies).
-            crate::sys::close_all_except(&[hold.as_raw_fd()]);
-            let _ = rustix::io::read(&hold, &mut [0u8; 1]);
-            crate::sys::exit_now(0);
-        }
+        // The anchor holds the namespace until the keeper lets go (or dies).
+        let anchor = crate::sys::clone_user_namespace_anchor(hold.as_raw_fd());
+        drop(hold);
         let restored = act_as(0).map_err(|e| (MapIdentity, e));
         let anchor = anchor.map_err(|e| (CreateNamespaces, e))?;
         // From here on the anchor exists: whatever happens, it is let go once init is in its
