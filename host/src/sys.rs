@@ -635,11 +635,28 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
     }
 }
 
+/// The stack of [`clone_user_namespace_anchor`]'s child: mapped before the keeper reads the
+/// host's memory, so that it is unmapped with the rest once the child is gone.
+pub(crate) struct AnchorStack(VforkStack);
+
+impl AnchorStack {
+    /// Maps it (no allocation: between fork and `exec`).
+    pub(crate) fn new() -> Result<Self, rustix::io::Errno> {
+        VforkStack::new()
+            .map(Self)
+            .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::NOMEM))
+    }
+}
+
 /// A child that shares this process's memory (`CLONE_VM`: no copy of it is made) in a user
-/// namespace of its own, which the kernel gives this thread's effective uid as owner: it
-/// closes every descriptor but `hold`, waits until `hold` gives a byte or its end, and ends.
-/// Returns its pid. Only called in a child between fork and `exec`, which has a single thread.
-pub(crate) fn clone_user_namespace_anchor(hold: RawFd) -> Result<i32, rustix::io::Errno> {
+/// namespace of its own, which the kernel gives this thread's effective uid as owner: on
+/// `stack`, with every signal blocked, it closes every descriptor but `hold`, waits until
+/// `hold` gives a byte or its end, and ends. Returns its pid. Only called in a child between
+/// fork and `exec`, which has a single thread.
+pub(crate) fn clone_user_namespace_anchor(
+    hold: RawFd,
+    stack: AnchorStack,
+) -> Result<i32, rustix::io::Errno> {
     extern "C" fn anchor(hold: *mut libc::c_void) -> libc::c_int {
         let hold = hold as usize as RawFd;
         close_all_except(&[hold]);
@@ -648,29 +665,28 @@ pub(crate) fn clone_user_namespace_anchor(hold: RawFd) -> Result<i32, rustix::io
         unsafe { libc::read(hold, std::ptr::addr_of_mut!(byte).cast(), 1) };
         exit_now(0)
     }
-    let stack = VforkStack::new()
-        .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::NOMEM))?;
     let saved_mask = swap_signal_mask(!0).map_err(rustix::io::Errno::from_raw_os_error)?;
     // SAFETY: the child runs `anchor` on `stack`, a mapping nothing else uses, which stays
-    // mapped (forgotten below) for as long as this process lives. It shares this process's
-    // memory but touches only its own stack: its system calls take integers and a pointer to
-    // its own byte, and no handler runs in it (every signal is blocked in it, as here around
-    // the clone). No pidfd, tls or tid is asked for, so the remaining pointers are unused.
+    // mapped (forgotten below) until the keeper, once the child is reaped, unmaps its copy of
+    // the host's memory. It shares this process's memory but touches only its own stack: its
+    // system calls take integers and a pointer to its own byte, none fails in it but for a
+    // signal that ends it, and no handler runs in it (every signal is blocked in it, as here
+    // around the clone). No pidfd, tls or tid is asked for, so the remaining pointers are
+    // unused.
     let pid = unsafe {
         libc::clone(
             anchor,
-            stack.top(),
+            stack.0.top(),
             libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
             hold as usize as *mut libc::c_void,
         )
     };
-    let clone_error = last_errno();
+    let failed = (pid < 0).then(last_errno);
     let _ = swap_signal_mask(saved_mask);
     std::mem::forget(stack);
-    if pid < 0 {
-        Err(clone_error)
-    } else {
-        Ok(pid)
+    match failed {
+        Some(errno) => Err(errno),
+        None => Ok(pid),
     }
 }
 

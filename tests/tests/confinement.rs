@@ -996,12 +996,12 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
     );
 }
 
-/// A root host without `CAP_SYS_ADMIN` (a service whose bounding set dropped it) cannot hand
-/// its workers' user namespaces to their uid, and must still confine them in namespaces of
-/// their own (root then owns them: SECURITY.md). Run as root, this test re-runs some of this
-/// binary's tests under `setpriv --bounding-set -sys_admin`.
+/// A root host without `CAP_SYS_ADMIN` or `CAP_SYS_PTRACE` (a service whose bounding set
+/// dropped one) cannot hand its workers' user namespaces to their uid, and must still confine
+/// them in namespaces of their own (root then owns them: SECURITY.md). Run as root, this test
+/// re-runs some of this binary's tests under `setpriv --bounding-set` without each.
 #[test]
-fn a_root_host_without_cap_sys_admin_still_confines_its_workers() {
+fn a_root_host_without_cap_sys_admin_or_sys_ptrace_still_confines_its_workers() {
     if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: not root; the unprivileged host's own run is the check");
         return;
@@ -1014,19 +1014,21 @@ fn a_root_host_without_cap_sys_admin_still_confines_its_workers() {
         "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
         "a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host",
     ];
-    let output = std::process::Command::new(setpriv)
-        .args(["--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "--test-threads=1"])
-        .args(tests)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains(&format!("{} passed", tests.len())),
-        "without CAP_SYS_ADMIN:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    for dropped in ["-sys_admin", "-sys_ptrace"] {
+        let output = std::process::Command::new(&setpriv)
+            .args(["--bounding-set", dropped, "--inh-caps", dropped])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "--test-threads=1"])
+            .args(tests)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains(&format!("{} passed", tests.len())),
+            "setpriv --bounding-set {dropped}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
 
 /// Set in the re-run of [`best_effort_starts_a_confined_worker_where_namespaces_are_unavailable`]

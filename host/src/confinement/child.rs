@@ -98,9 +98,23 @@ impl ChildPlan {
     /// The keeper: creates init, maps its ids, lets it go, reports its pid, then stays as its
     /// parent until it ends. Returns only on failure (in the keeper, or in init).
     fn keep(&mut self) -> Result<(), ChildFailure> {
+        // The keeper, and what it makes, are copies of the host: none may ever dump core.
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Core,
+            rustix::process::Rlimit {
+                current: Some(0),
+                maximum: Some(0),
+            },
+        );
+        // The anchor's stack, if it will have one, is mapped first, so that the host's memory
+        // read next takes it in, and the keeper unmaps it with the rest.
+        let anchor_stack = self
+            .identity
+            .namespace_owner()
+            .and_then(|_| crate::sys::AnchorStack::new().ok());
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
-        let (pid, makers) = match self.create_init()? {
+        let (pid, makers) = match self.create_init(anchor_stack)? {
             Made::Init => return self.init(&host_memory),
             Made::Keeper { init, makers } => (init, makers),
         };
@@ -170,88 +184,114 @@ impl ChildPlan {
     }
 
     /// Creates init in the worker's namespaces, its ids mapped: returns in the keeper with
-    /// init's pid, and in init. Where the namespace must be the worker uid's
-    /// ([`Identity::namespace_owner`](super::namespaces::Identity::namespace_owner)), the user
-    /// namespace comes first, made by an *anchor*: a child, sharing the keeper's memory, made
-    /// while the keeper takes that uid as its effective one (the kernel takes a namespace's
-    /// owner, and the user its members' counts are charged to, from its creator's effective
-    /// uid), which then waits. Init
-    /// must still hold the host's uid 0 for its set-up (it reads the granted paths as root
-    /// does), so it is made by a second child that joins the anchor's namespace as root and
-    /// makes init there, beside the keeper (`CLONE_PARENT`), in the other new namespaces;
-    /// then both children end.
-    fn create_init(&mut self) -> Result<Made, (ConfinementStep, Errno)> {
-        use super::namespaces::{act_as, CLONE_FLAGS};
-        use ConfinementStep::{CreateNamespaces, MapIdentity, Synchronise};
-        // Handing the namespace to the worker uid needs CAP_SYS_ADMIN over it once its owner
-        // is not this process's uid: to write its maps and to join it. A root host without
-        // it (a service whose bounding set dropped it) makes the namespace as root.
-        let may_hand_over = rustix::thread::capabilities(None).is_ok_and(|caps| {
-            caps.effective
-                .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
-        });
-        let owner = self.identity.namespace_owner().filter(|_| may_hand_over);
-        let Some(owner) = owner else {
-            let pid = crate::sys::clone_into_namespaces(CLONE_FLAGS)
-                .map_err(|e| (CreateNamespaces, e))?;
-            if pid == 0 {
-                return Ok(Made::Init);
-            }
-            self.identity
-                .write_maps(pid)
-                .map_err(|e| (MapIdentity, e))?;
-            return Ok(Made::Keeper {
-                init: pid,
-                makers: [None, None],
-            });
-        };
-        let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| (Synchronise, e))?;
-        act_as(owner).map_err(|e| (MapIdentity, e))?;
-        // The anchor holds the namespace until the keeper lets go (or dies).
-        let anchor = crate::sys::clone_user_namespace_anchor(hold.as_raw_fd());
-        drop(hold);
-        let restored = act_as(0).map_err(|e| (MapIdentity, e));
-        let anchor = anchor.map_err(|e| (CreateNamespaces, e))?;
-        // From here on the anchor exists: whatever happens, it is let go once init is in its
-        // namespace (or will never be), and reaped.
-        let made = restored.and_then(|()| self.make_init_in_namespace_of(anchor));
-        drop(release);
-        match made {
-            Ok(Made::Keeper {
-                init,
-                makers: [maker, _],
-            }) => Ok(Made::Keeper {
-                init,
-                makers: [maker, Some(anchor)],
-            }),
-            Ok(Made::Init) => Ok(Made::Init),
-            Err(failed) => {
-                reap(&[Some(anchor)]);
-                Err(failed)
+    /// init's pid, and in init. Where the namespace should be the worker uid's
+    /// ([`Identity::namespace_owner`](super::namespaces::Identity::namespace_owner)), it is
+    /// handed over ([`hand_over`](Self::hand_over)); where that cannot be done before init
+    /// exists (a capability the keeper lacks, user namespaces refused to non-root), the keeper
+    /// makes the namespaces as root, as for every other host, and the worker is confined the
+    /// same, its namespace's counts charged to root.
+    fn create_init(
+        &mut self,
+        anchor_stack: Option<crate::sys::AnchorStack>,
+    ) -> Result<Made, (ConfinementStep, Errno)> {
+        use super::namespaces::CLONE_FLAGS;
+        use ConfinementStep::{CreateNamespaces, MapIdentity};
+        if let (Some(owner), Some(stack)) = (self.identity.namespace_owner(), anchor_stack) {
+            if let Some(made) = self.hand_over(owner, stack)? {
+                return Ok(made);
             }
         }
+        let pid =
+            crate::sys::clone_into_namespaces(CLONE_FLAGS).map_err(|e| (CreateNamespaces, e))?;
+        if pid == 0 {
+            return Ok(Made::Init);
+        }
+        self.identity
+            .write_maps(pid)
+            .map_err(|e| (MapIdentity, e))?;
+        Ok(Made::Keeper {
+            init: pid,
+            makers: [None, None],
+        })
     }
 
-    /// The rest of [`create_init`](Self::create_init) once `anchor` holds the worker's user
-    /// namespace: its maps, then init made there by a child that joins it.
-    fn make_init_in_namespace_of(&mut self, anchor: i32) -> Result<Made, (ConfinementStep, Errno)> {
-        use super::namespaces::{open_user_namespace, CLONE_FLAGS_BESIDE_USER};
-        use ConfinementStep::{CreateNamespaces, MapIdentity, Synchronise};
+    /// Makes init in a user namespace owned by `owner`. The namespace comes first, made by an
+    /// *anchor*: a child, sharing the keeper's memory and running on `stack`, made while the
+    /// keeper takes `owner` as its effective uid (the kernel takes a namespace's owner, and
+    /// the user its members' counts are charged to, from its creator's effective uid), which
+    /// then waits. Init must still hold the host's uid 0 for its set-up (it reads the granted
+    /// paths as root does), so a second child joins the anchor's namespace as root and makes
+    /// init there, beside the keeper (`CLONE_PARENT`), in the other new namespaces. Then the
+    /// anchor is killed and both children end. `None` where a step before init exists fails
+    /// (nothing of it is left): the caller makes the namespaces as root instead. An error
+    /// only where the keeper cannot go on (its host is gone, it could not become root again).
+    fn hand_over(
+        &mut self,
+        owner: u32,
+        stack: crate::sys::AnchorStack,
+    ) -> Result<Option<Made>, (ConfinementStep, Errno)> {
+        use super::namespaces::act_as;
+        use rustix::thread::CapabilitySet;
+        use ConfinementStep::{MapIdentity, Synchronise};
+        // Writing the maps of a namespace the keeper does not own, opening its link (a
+        // ptrace check against the anchor, whose uids differ) and joining it need these.
+        let needed = CapabilitySet::SYS_ADMIN | CapabilitySet::SYS_PTRACE | CapabilitySet::SETUID;
+        if !rustix::thread::capabilities(None).is_ok_and(|caps| caps.effective.contains(needed)) {
+            return Ok(None);
+        }
+        let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| (Synchronise, e))?;
+        if act_as(owner).is_err() {
+            return Ok(None);
+        }
+        // The anchor holds the namespace until the keeper lets go (or dies).
+        let anchor = crate::sys::clone_user_namespace_anchor(hold.as_raw_fd(), stack);
+        drop(hold);
+        act_as(0).map_err(|e| (MapIdentity, e))?;
         // A change of effective uid clears the parent-death signal: arm it again, and make
         // sure the host did not die in between (nobody would kill this process then).
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
             .map_err(|e| (Synchronise, e))?;
         if rustix::process::getppid() != Some(self.host) {
+            if let Ok(anchor) = anchor {
+                end_child(anchor);
+            }
             return Err((Synchronise, Errno::SRCH));
         }
-        self.identity
-            .write_maps(anchor)
-            .map_err(|e| (MapIdentity, e))?;
-        let namespace = open_user_namespace(anchor).map_err(|e| (CreateNamespaces, e))?;
-        let (pid_read, pid_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| (Synchronise, e))?;
-        let maker = crate::sys::clone_into_namespaces(0).map_err(|e| (CreateNamespaces, e))?;
+        let Ok(anchor) = anchor else {
+            return Ok(None);
+        };
+        let made = self.make_init_in_namespace_of(anchor);
+        drop(release);
+        match made {
+            Some(Made::Init) => Ok(Some(Made::Init)),
+            Some(Made::Keeper {
+                init,
+                makers: [maker, _],
+            }) => {
+                end_child(anchor);
+                Ok(Some(Made::Keeper {
+                    init,
+                    makers: [maker, None],
+                }))
+            }
+            None => {
+                end_child(anchor);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The rest of [`hand_over`](Self::hand_over) once `anchor` holds the worker's user
+    /// namespace: its maps, then init made there by a child that joins it. `None` where any
+    /// step fails.
+    fn make_init_in_namespace_of(&mut self, anchor: i32) -> Option<Made> {
+        use super::namespaces::{open_user_namespace, CLONE_FLAGS_BESIDE_USER};
+        self.identity.write_maps(anchor).ok()?;
+        let namespace = open_user_namespace(anchor).ok()?;
+        let (pid_read, pid_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+        let maker = crate::sys::clone_into_namespaces(0).ok()?;
         if maker == 0 {
             let made = rustix::thread::move_into_link_name_space(
                 namespace.as_fd(),
@@ -261,31 +301,28 @@ impl ChildPlan {
                 crate::sys::clone_into_namespaces(CLONE_FLAGS_BESIDE_USER | libc::CLONE_PARENT)
             });
             match made {
-                Ok(0) => return Ok(Made::Init),
+                Ok(0) => return Some(Made::Init),
                 Ok(init) => {
                     let _ = rustix::io::write(&pid_write, &init.to_le_bytes());
                     crate::sys::exit_now(0);
                 }
-                Err(e) => {
-                    self.report(REPORT_ERROR, CreateNamespaces.code(), e.raw_os_error());
-                    crate::sys::exit_now(127);
-                }
+                // The keeper reads no pid and makes the namespaces as root.
+                Err(_) => crate::sys::exit_now(127),
             }
         }
         drop(pid_write);
         let mut init = [0u8; 4];
-        let failed = match rustix::io::read(&pid_read, &mut init) {
-            Ok(4) => {
-                return Ok(Made::Keeper {
-                    init: i32::from_le_bytes(init),
-                    makers: [Some(maker), None],
-                })
+        let read = rustix::io::read(&pid_read, &mut init);
+        match read {
+            Ok(4) => Some(Made::Keeper {
+                init: i32::from_le_bytes(init),
+                makers: [Some(maker), None],
+            }),
+            _ => {
+                reap(&[Some(maker)]);
+                None
             }
-            Ok(_) => Errno::CHILD,
-            Err(e) => e,
-        };
-        reap(&[Some(maker)]);
-        Err((CreateNamespaces, failed))
+        }
     }
 
     /// PID 1 of the worker's namespaces, still running the host's code: it builds the sandbox,
@@ -461,11 +498,20 @@ fn reported_status(status: &OwnedFd) -> Option<i32> {
 /// Waits for each of `children` (ended or ending) to end.
 fn reap(children: &[Option<i32>]) {
     for child in children.iter().flatten() {
-        let _ = rustix::process::waitpid(
+        while let Err(Errno::INTR) = rustix::process::waitpid(
             rustix::process::Pid::from_raw(*child),
             rustix::process::WaitOptions::empty(),
-        );
+        ) {}
     }
+}
+
+/// Kills the keeper's child `child` (a process of the worker's uid could stop it, so it is
+/// not left to end on its own) and reaps it.
+fn end_child(child: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+    reap(&[Some(child)]);
 }
 
 fn keeper_alive(go: &OwnedFd) -> StepResult {

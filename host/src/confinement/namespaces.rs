@@ -139,7 +139,8 @@ impl Identity {
             gid,
             own_uid: if namespaced { inside } else { uid },
             host_is_root,
-            owner: (host_is_root && namespaced && uid != NOBODY).then_some(uid),
+            owner: (host_is_root && namespaced && uid != NOBODY && set_uid_dumps_are_off())
+                .then_some(uid),
             uid_map: map(inside, uid),
             gid_map: map(gid, gid),
         }
@@ -151,9 +152,11 @@ impl Identity {
     /// well as to the process's own uid, so a namespace made by root would charge root's
     /// budgets, shared by every root process of the machine, and one made by the worker's uid
     /// charges only that uid's. `None` for a shared `nobody` (a `nobody` process outside would
-    /// own the namespace) and for an unprivileged host (it owns the namespace anyway). The
-    /// keeper hands the namespace over only while it holds `CAP_SYS_ADMIN` (needed to map and
-    /// join a namespace it does not own); without it root owns the namespace, as here.
+    /// own the namespace), for an unprivileged host (it owns the namespace anyway) and where
+    /// `fs.suid_dumpable` is not 0 (see [`set_uid_dumps_are_off`]). The keeper hands the
+    /// namespace over only where it can (it needs `CAP_SYS_ADMIN`, `CAP_SYS_PTRACE` and
+    /// `CAP_SETUID` to map, open and join a namespace it does not own); otherwise root owns
+    /// the namespace, as here.
     pub(crate) fn namespace_owner(&self) -> Option<u32> {
         self.owner
     }
@@ -196,6 +199,14 @@ pub(crate) fn prefer_for_oom_kill(pid: i32) -> Result<(), Errno> {
     } else {
         write_proc_file(pid, b"oom_score_adj", b"1000")
     }
+}
+
+/// Whether the kernel makes a process that changed its uids undumpable
+/// (`fs.suid_dumpable` 0, the default). Otherwise the keeper's memory, which the anchor
+/// that makes a worker-owned namespace shares after a change of effective uid, could be
+/// opened (`/proc/<pid>/mem`) by a process of the worker's uid.
+fn set_uid_dumps_are_off() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|value| value.trim() == "0")
 }
 
 /// Makes this (single-threaded) process's effective uid `uid`, keeping root as its real and
