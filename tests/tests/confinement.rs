@@ -977,21 +977,30 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "the_keeper_and_init_keep_no_copy_of_the_hosts_memory",
         "a_worker_in_another_language_is_confined_by_the_hosts_layers",
     ];
+    // One at a time (every re-run is): a thief that cannot tell its sibling's pipes apart
+    // takes any of the host's, which must then be its sibling's only.
+    rerun_through_setpriv(
+        &setpriv,
+        &["--reuid", "65534", "--regid", "65534", "--clear-groups"],
+        &tests,
+    );
+}
+
+/// Re-runs `tests` of this binary, one at a time, through `setpriv` with `options`, from `/`
+/// (out of any directory only root may enter), and asserts that every one passed.
+fn rerun_through_setpriv(setpriv: &std::path::Path, options: &[&str], tests: &[&str]) {
     let output = std::process::Command::new(setpriv)
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args(options)
         .arg(std::env::current_exe().unwrap())
-        // One at a time: a thief that cannot tell its sibling's pipes apart takes any of the
-        // host's, which must then be its sibling's only.
         .args(["--exact", "--test-threads=1"])
         .args(tests)
-        // Out of any directory only root may enter.
         .current_dir("/")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains(&format!("{} passed", tests.len())),
-        "as uid 65534:\n{stdout}\n{}",
+        "setpriv {options:?}:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
 }
@@ -1015,18 +1024,10 @@ fn a_root_host_without_cap_sys_admin_or_sys_ptrace_still_confines_its_workers() 
         "a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host",
     ];
     for dropped in ["-sys_admin", "-sys_ptrace"] {
-        let output = std::process::Command::new(&setpriv)
-            .args(["--bounding-set", dropped, "--inh-caps", dropped])
-            .arg(std::env::current_exe().unwrap())
-            .args(["--exact", "--test-threads=1"])
-            .args(tests)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains(&format!("{} passed", tests.len())),
-            "setpriv --bounding-set {dropped}:\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
+        rerun_through_setpriv(
+            &setpriv,
+            &["--bounding-set", dropped, "--inh-caps", dropped],
+            &tests,
         );
     }
 }

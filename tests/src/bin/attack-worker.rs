@@ -851,30 +851,44 @@ mod shared_budget {
     /// still counts it against every user up the chain of user namespaces), then wait for
     /// the worker's life. Answers how many they queued.
     pub fn take_standard_signals(children: usize) -> Result<String, HandlerError> {
-        let mut report = [0 as libc::c_int; 2];
-        // SAFETY: plain system calls; each child makes only async-signal-safe ones and never
-        // returns.
+        let reports = in_children(children, |report| {
+            // SAFETY: async-signal-safe system calls on this process's own signal state.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+                let queued = (1..32)
+                    .filter(|s| *s != libc::SIGKILL && *s != libc::SIGSTOP)
+                    .filter(|s| libc::kill(libc::getpid(), *s) == 0)
+                    .count() as u64;
+                report([queued, 0]);
+            }
+        })?;
+        let queued: u64 = reports.iter().map(|[queued, _]| queued).sum();
+        Ok(format!("{} children queued {queued}", reports.len()))
+    }
+
+    /// Forks `children` processes, each running `child` with a way to send one report of two
+    /// words, then waiting for the worker's life; gives the reports, one per child that sent
+    /// one before the first that did not.
+    fn in_children(
+        children: usize,
+        child: impl Fn(&dyn Fn([u64; 2])),
+    ) -> Result<Vec<[u64; 2]>, HandlerError> {
+        let mut pipe = [0 as libc::c_int; 2];
+        // SAFETY: plain system calls; each child makes only async-signal-safe ones (`child`
+        // too) and never returns.
         unsafe {
-            if libc::pipe(report.as_mut_ptr()) != 0 {
+            if libc::pipe(pipe.as_mut_ptr()) != 0 {
                 return Err(refused("pipe", errno()));
             }
             let mut forked = 0;
             for _ in 0..children {
                 match libc::fork() {
                     0 => {
-                        let mut all: libc::sigset_t = std::mem::zeroed();
-                        libc::sigfillset(&mut all);
-                        libc::sigprocmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-                        let mut queued = 0u64;
-                        for signal in 1..32 {
-                            if signal != libc::SIGKILL
-                                && signal != libc::SIGSTOP
-                                && libc::kill(libc::getpid(), signal) == 0
-                            {
-                                queued += 1;
-                            }
-                        }
-                        libc::write(report[1], (&raw const queued).cast(), 8);
+                        child(&|words: [u64; 2]| {
+                            libc::write(pipe[1], words.as_ptr().cast(), 16);
+                        });
                         loop {
                             libc::pause();
                         }
@@ -883,17 +897,17 @@ mod shared_budget {
                     _ => forked += 1,
                 }
             }
-            libc::close(report[1]);
-            let mut queued = 0u64;
+            libc::close(pipe[1]);
+            let mut reports = Vec::with_capacity(forked);
             for _ in 0..forked {
-                let mut one = 0u64;
-                if libc::read(report[0], (&raw mut one).cast(), 8) != 8 {
+                let mut words = [0u64; 2];
+                if libc::read(pipe[0], words.as_mut_ptr().cast(), 16) != 16 {
                     break;
                 }
-                queued += one;
+                reports.push(words);
             }
-            libc::close(report[0]);
-            Ok(format!("{forked} children queued {queued}"))
+            libc::close(pipe[0]);
+            Ok(reports)
         }
     }
 
@@ -928,80 +942,54 @@ mod shared_budget {
     pub fn take_epoll_watches(children: usize) -> Result<String, HandlerError> {
         const TARGETS: usize = 600;
         const EPOLLS: usize = 400;
-        let mut report = [0 as libc::c_int; 2];
-        // SAFETY: plain system calls; each child uses only system calls and never returns.
-        unsafe {
-            if libc::pipe(report.as_mut_ptr()) != 0 {
-                return Err(refused("pipe", errno()));
-            }
-            let mut forked = 0;
-            for _ in 0..children {
-                match libc::fork() {
-                    0 => {
-                        let (mut held, mut refusal) = (0u64, 0u64);
-                        let eventfd = libc::eventfd(0, 0);
-                        let mut targets = [eventfd; TARGETS];
-                        for target in targets.iter_mut().skip(1) {
-                            *target = libc::dup(eventfd);
-                        }
-                        for _ in 0..EPOLLS {
-                            let epoll = libc::epoll_create1(0);
-                            if epoll < 0 {
-                                break;
-                            }
-                            for &target in targets.iter().filter(|t| **t >= 0) {
-                                let mut event = libc::epoll_event {
-                                    events: libc::EPOLLIN as u32,
-                                    u64: 0,
-                                };
-                                while libc::epoll_ctl(
-                                    epoll,
-                                    libc::EPOLL_CTL_ADD,
-                                    target,
-                                    &mut event,
-                                ) != 0
-                                {
-                                    if refusal == 0 {
-                                        refusal = *libc::__errno_location() as u64;
-                                        let words = [held, refusal];
-                                        libc::write(report[1], words.as_ptr().cast(), 16);
-                                    }
-                                    libc::usleep(1000);
-                                }
-                                held += 1;
-                            }
-                        }
-                        if refusal == 0 {
-                            let words = [held, 0u64];
-                            libc::write(report[1], words.as_ptr().cast(), 16);
-                        }
-                        loop {
-                            libc::pause();
-                        }
+        let reports = in_children(children, |report| {
+            // SAFETY: plain system calls on descriptors this child owns.
+            unsafe {
+                let (mut held, mut refusal) = (0u64, 0u64);
+                let eventfd = libc::eventfd(0, 0);
+                let mut targets = [eventfd; TARGETS];
+                for target in targets.iter_mut().skip(1) {
+                    *target = libc::dup(eventfd);
+                }
+                for _ in 0..EPOLLS {
+                    let epoll = libc::epoll_create1(0);
+                    if epoll < 0 {
+                        break;
                     }
-                    -1 => break,
-                    _ => forked += 1,
+                    for &target in targets.iter().filter(|t| **t >= 0) {
+                        let mut event = libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: 0,
+                        };
+                        while libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, target, &mut event) != 0 {
+                            if refusal == 0 {
+                                refusal = *libc::__errno_location() as u64;
+                                report([held, refusal]);
+                            }
+                            libc::usleep(1000);
+                        }
+                        held += 1;
+                    }
                 }
-            }
-            libc::close(report[1]);
-            let (mut held, mut refusal) = (0u64, 0u64);
-            for _ in 0..forked {
-                let mut words = [0u64; 2];
-                if libc::read(report[0], words.as_mut_ptr().cast(), 16) != 16 {
-                    break;
-                }
-                held += words[0];
-                refusal = refusal.max(words[1]);
-            }
-            libc::close(report[0]);
-            Ok(format!(
-                "{forked} children hold {held} epoll watches; then {}",
                 if refusal == 0 {
-                    "nothing refused".to_string()
-                } else {
-                    std::io::Error::from_raw_os_error(refusal as i32).to_string()
+                    report([held, 0]);
                 }
-            ))
-        }
+            }
+        })?;
+        let held: u64 = reports.iter().map(|[held, _]| held).sum();
+        let refusal = reports
+            .iter()
+            .map(|[_, refusal]| *refusal)
+            .max()
+            .unwrap_or(0);
+        Ok(format!(
+            "{} children hold {held} epoll watches; then {}",
+            reports.len(),
+            if refusal == 0 {
+                "nothing refused".to_string()
+            } else {
+                std::io::Error::from_raw_os_error(refusal as i32).to_string()
+            }
+        ))
     }
 }
