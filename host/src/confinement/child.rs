@@ -46,9 +46,8 @@ type StepResult = Result<(), (ConfinementStep, Errno)>;
 
 /// Which process a clone in [`ChildPlan::create_init`] left running this code.
 enum Made {
-    /// The keeper, with init's pid, and the children that made it (ended or ending), for
-    /// the keeper to reap off the spawn's path.
-    Keeper { init: i32, makers: [Option<i32>; 2] },
+    /// The keeper, with init's pid.
+    Keeper { init: i32 },
     /// Init.
     Init,
 }
@@ -114,9 +113,9 @@ impl ChildPlan {
             .and_then(|_| crate::sys::AnchorStack::new().ok());
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
-        let (pid, makers) = match self.create_init(anchor_stack)? {
+        let pid = match self.create_init(anchor_stack)? {
             Made::Init => return self.init(&host_memory),
-            Made::Keeper { init, makers } => (init, makers),
+            Made::Keeper { init } => init,
         };
         // Under memory pressure the kernel kills the worker before its host.
         super::namespaces::prefer_for_oom_kill(pid)
@@ -137,7 +136,6 @@ impl ChildPlan {
             rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
         }
         self.report(REPORT_PID, 0, pid);
-        reap(&makers);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
         // exit is the end of its streams), not the report pipe. Only `go`, whose closing tells
         // init the keeper is gone, and the read end of init's status pipe.
@@ -209,10 +207,7 @@ impl ChildPlan {
         self.identity
             .write_maps(pid)
             .map_err(|e| (MapIdentity, e))?;
-        Ok(Made::Keeper {
-            init: pid,
-            makers: [None, None],
-        })
+        Ok(Made::Keeper { init: pid })
     }
 
     /// Makes init in a user namespace owned by `owner`. The namespace comes first, made by an
@@ -247,51 +242,64 @@ impl ChildPlan {
         // The anchor holds the namespace until the keeper lets go (or dies).
         let anchor = crate::sys::clone_user_namespace_anchor(hold.as_raw_fd(), stack);
         drop(hold);
-        act_as(0).map_err(|e| (MapIdentity, e))?;
         // A change of effective uid clears the parent-death signal: arm it again, and make
         // sure the host did not die in between (nobody would kill this process then).
-        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-            .map_err(|e| (Synchronise, e))?;
-        if rustix::process::getppid() != Some(self.host) {
+        let restored = act_as(0)
+            .map_err(|e| (MapIdentity, e))
+            .and_then(|()| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .map_err(|e| (Synchronise, e))
+            })
+            .and_then(|()| match rustix::process::getppid() == Some(self.host) {
+                true => Ok(()),
+                false => Err((Synchronise, Errno::SRCH)),
+            });
+        if let Err(failed) = restored {
             if let Ok(anchor) = anchor {
                 end_child(anchor);
             }
-            return Err((Synchronise, Errno::SRCH));
+            return Err(failed);
         }
         let Ok(anchor) = anchor else {
             return Ok(None);
         };
         let made = self.make_init_in_namespace_of(anchor);
         drop(release);
-        match made {
-            Some(Made::Init) => Ok(Some(Made::Init)),
-            Some(Made::Keeper {
-                init,
-                makers: [maker, _],
-            }) => {
-                end_child(anchor);
-                Ok(Some(Made::Keeper {
-                    init,
-                    makers: [maker, None],
-                }))
-            }
-            None => {
-                end_child(anchor);
-                Ok(None)
-            }
+        if !matches!(made, Ok(Some(Made::Init))) {
+            end_child(anchor);
         }
+        made
     }
 
     /// The rest of [`hand_over`](Self::hand_over) once `anchor` holds the worker's user
-    /// namespace: its maps, then init made there by a child that joins it. `None` where any
-    /// step fails.
-    fn make_init_in_namespace_of(&mut self, anchor: i32) -> Option<Made> {
+    /// namespace: its maps, then init made there by a child that joins it. `None` where a
+    /// step fails before that child exists: nothing is left, and the caller may make the
+    /// namespaces as root. Once it exists, init may exist too, so a failure is the spawn's:
+    /// the child is killed, and an init it made ends as the keeper's `go` closes. The
+    /// keeper waits for the child's word for [`MAKER_WORD`] at most: a process of the
+    /// worker's uid may signal it (it is in a namespace that uid owns), so it may be
+    /// stopped.
+    fn make_init_in_namespace_of(
+        &mut self,
+        anchor: i32,
+    ) -> Result<Option<Made>, (ConfinementStep, Errno)> {
         use super::namespaces::{open_user_namespace, CLONE_FLAGS_BESIDE_USER};
-        self.identity.write_maps(anchor).ok()?;
-        let namespace = open_user_namespace(anchor).ok()?;
-        let (pid_read, pid_write) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
-        let maker = crate::sys::clone_into_namespaces(0).ok()?;
+        use ConfinementStep::CreateNamespaces;
+        let before_the_maker = || -> Option<_> {
+            self.identity.write_maps(anchor).ok()?;
+            let namespace = open_user_namespace(anchor).ok()?;
+            let (pid_read, pid_write) =
+                rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+            Some((namespace, pid_read, pid_write))
+        };
+        let Some((namespace, pid_read, pid_write)) = before_the_maker() else {
+            return Ok(None);
+        };
+        let Ok(maker) = crate::sys::clone_into_namespaces(0) else {
+            return Ok(None);
+        };
         if maker == 0 {
             let made = rustix::thread::move_into_link_name_space(
                 namespace.as_fd(),
@@ -301,27 +309,25 @@ impl ChildPlan {
                 crate::sys::clone_into_namespaces(CLONE_FLAGS_BESIDE_USER | libc::CLONE_PARENT)
             });
             match made {
-                Ok(0) => return Some(Made::Init),
+                Ok(0) => return Ok(Some(Made::Init)),
                 Ok(init) => {
                     let _ = rustix::io::write(&pid_write, &init.to_le_bytes());
                     crate::sys::exit_now(0);
                 }
-                // The keeper reads no pid and makes the namespaces as root.
-                Err(_) => crate::sys::exit_now(127),
+                Err(e) => {
+                    self.report(REPORT_ERROR, CreateNamespaces.code(), e.raw_os_error());
+                    crate::sys::exit_now(127);
+                }
             }
         }
         drop(pid_write);
-        let mut init = [0u8; 4];
-        let read = rustix::io::read(&pid_read, &mut init);
-        match read {
-            Ok(4) => Some(Made::Keeper {
+        let word = read_within(&pid_read, MAKER_WORD);
+        end_child(maker);
+        match word {
+            Ok(init) => Ok(Some(Made::Keeper {
                 init: i32::from_le_bytes(init),
-                makers: [Some(maker), None],
-            }),
-            _ => {
-                reap(&[Some(maker)]);
-                None
-            }
+            })),
+            Err(e) => Err((CreateNamespaces, e)),
         }
     }
 
@@ -495,23 +501,54 @@ fn reported_status(status: &OwnedFd) -> Option<i32> {
 
 /// The keeper holds the write end of `go` open for as long as it lives: a hang-up means it
 /// died before the parent-death signal was armed, and nobody would kill this process.
-/// Waits for each of `children` (ended or ending) to end.
-fn reap(children: &[Option<i32>]) {
-    for child in children.iter().flatten() {
-        while let Err(Errno::INTR) = rustix::process::waitpid(
-            rustix::process::Pid::from_raw(*child),
-            rustix::process::WaitOptions::empty(),
-        ) {}
+/// How long the keeper waits for the child that makes init in a worker-owned namespace to
+/// give init's pid: far longer than a `clone` takes, far shorter than the host's spawn waits.
+const MAKER_WORD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads four bytes from `pipe` within `limit`: `TIMEDOUT` past it, `PIPE` if it ends first.
+/// (A monotonic clock read is a system call or the vDSO: no allocation, no lock.)
+fn read_within(pipe: &OwnedFd, limit: std::time::Duration) -> Result<[u8; 4], Errno> {
+    let until = std::time::Instant::now() + limit;
+    let mut word = [0u8; 4];
+    let mut filled = 0;
+    while filled < word.len() {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(Errno::TIMEDOUT);
+        }
+        let wait = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            pipe,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&wait)) {
+            Ok(0) | Err(Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
+        match rustix::io::read(pipe, &mut word[filled..]) {
+            Ok(0) => return Err(Errno::PIPE),
+            Ok(n) => filled += n,
+            Err(Errno::INTR | Errno::AGAIN) => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(word)
 }
 
-/// Kills the keeper's child `child` (a process of the worker's uid could stop it, so it is
-/// not left to end on its own) and reaps it.
+/// Kills the keeper's child `child` and reaps it: a child in a namespace the worker's uid owns
+/// can be stopped by a process of that uid, so none is left to end on its own.
 fn end_child(child: i32) {
-    if let Some(pid) = rustix::process::Pid::from_raw(child) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-    }
-    reap(&[Some(child)]);
+    let Some(pid) = rustix::process::Pid::from_raw(child) else {
+        return;
+    };
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    while let Err(Errno::INTR) =
+        rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+    {}
 }
 
 fn keeper_alive(go: &OwnedFd) -> StepResult {

@@ -154,9 +154,9 @@ impl Identity {
     /// charges only that uid's. `None` for a shared `nobody` (a `nobody` process outside would
     /// own the namespace), for an unprivileged host (it owns the namespace anyway) and where
     /// `fs.suid_dumpable` is not 0 (see [`set_uid_dumps_are_off`]). The keeper hands the
-    /// namespace over only where it can (it needs `CAP_SYS_ADMIN`, `CAP_SYS_PTRACE` and
-    /// `CAP_SETUID` to map, open and join a namespace it does not own); otherwise root owns
-    /// the namespace, as here.
+    /// namespace over only where it can (it needs `CAP_SYS_ADMIN` and `CAP_SYS_PTRACE` to
+    /// map, open and join a namespace it does not own); otherwise root owns the namespace,
+    /// as here.
     pub(crate) fn namespace_owner(&self) -> Option<u32> {
         self.owner
     }
