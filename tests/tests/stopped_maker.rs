@@ -1,0 +1,93 @@
+//! A root host makes its worker's user namespace owned by the worker's own uid, through
+//! children of its keeper that live in that namespace for a moment, and init lives there. A
+//! process of that uid in the machine's namespace (only root can start one) may signal them
+//! (it owns the namespace), so it can stop them. The keeper never waits for its children
+//! without a limit, and a stopped init holds the spawn only until the spawner thread gives up
+//! on it (30 s): the spawn ends, with nothing of the attempt left running.
+//!
+//! Alone in its binary: it predicts the uid of the next `Host` this process makes (they are
+//! handed out in turn), which another test's spawn in between would take.
+
+use std::time::Duration;
+
+use airlock_host::{Host, HostConfig};
+use airlock_tests::e2e::attack_bin;
+
+/// The processes on the machine with `uid` as any of their uids (real, effective, saved or
+/// filesystem: the child that makes the namespace has it only as its effective one).
+fn processes_of(uid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .is_some_and(|l| l.split_whitespace().skip(1).any(|u| u == uid.to_string()))
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_of_the_workers_uid_stopping_its_namespace_cannot_hang_the_spawn() {
+    if !rustix::process::geteuid().is_root() {
+        println!(
+            "SKIPPED a_process_of_the_workers_uid_stopping_its_namespace_cannot_hang_the_spawn: \
+             an unprivileged host's workers run as its own uid"
+        );
+        return;
+    }
+    let first = Host::builder(attack_bin()).spawn().await.unwrap();
+    let uid = first.worker_info().confinement.uid;
+    first.shutdown().await;
+    assert!(airlock_host::WORKER_UIDS.contains(&uid), "{uid}");
+    // The next host's uid, and a process of it that stops everything it may signal.
+    let next = uid + 1;
+    let mut stopper = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={next}"))
+        .args(["--regid=65534", "--clear-groups", "sh", "-c"])
+        .arg("while :; do kill -STOP -1 2>/dev/null; done")
+        .current_dir("/")
+        .spawn()
+        .expect("setpriv (util-linux)");
+    let started = std::time::Instant::now();
+    let spawned = tokio::time::timeout(
+        Duration::from_secs(60),
+        Host::builder(attack_bin())
+            .protocol(
+                HostConfig::default()
+                    .handshake_timeout(Duration::from_secs(3))
+                    .unwrap(),
+            )
+            .spawn(),
+    )
+    .await;
+    let took = started.elapsed();
+    let _ = stopper.kill();
+    let _ = stopper.wait();
+    let spawned = spawned.expect("the spawn must end, not wait on a stopped child");
+    let landed = spawned
+        .as_ref()
+        .map(|host| host.worker_info().confinement.uid);
+    assert!(
+        took < Duration::from_secs(40),
+        "the spawn took {took:?}: {:?}",
+        landed
+    );
+    if let Ok(host) = spawned {
+        host.shutdown().await;
+    }
+    // Nothing of the attempt is left: no process of the worker's uid but what ends with it.
+    let mut left = processes_of(next);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = processes_of(next);
+    }
+    assert!(left.is_empty(), "processes of uid {next} left: {left:?}");
+}
