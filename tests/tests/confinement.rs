@@ -203,8 +203,13 @@ async fn dangerous_calls_are_refused_by_the_hosts_own_filter() {
 /// gets one again once the hoarder is gone. Under the host's layers alone the hoarder takes
 /// nothing (the filter answers `ENOSYS`, the message-queue rlimit is 0) or at most its own
 /// bound, and the sibling keeps getting one.
+/// Held by the tests that use up, or measure, budgets the kernel keeps for the host's user
+/// (root's queued signals above all), which would see each other's workers otherwise.
+static HOST_USERS_BUDGETS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host() {
+    let _alone = HOST_USERS_BUDGETS.lock().await;
     /// What stops a confined hoarder: the filter, or an rlimit of that size.
     enum Bound {
         Filter,
@@ -282,6 +287,7 @@ async fn a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host() {
 /// unconfined, root's count (`SigQ`) grows by what the worker queued; confined, it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_worker_queues_is_never_charged_to_root() {
+    let _alone = HOST_USERS_BUDGETS.lock().await;
     if !rustix::process::geteuid().is_root() {
         println!(
             "SKIPPED what_a_worker_queues_is_never_charged_to_root: an unprivileged host owns \
@@ -1023,6 +1029,8 @@ fn a_root_host_without_cap_sys_admin_or_sys_ptrace_still_confines_its_workers() 
         "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
         "a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host",
     ];
+    // Its re-runs use up root's budgets as the tests in this process do.
+    let _alone = HOST_USERS_BUDGETS.blocking_lock();
     for dropped in ["-sys_admin", "-sys_ptrace"] {
         rerun_through_setpriv(
             &setpriv,
