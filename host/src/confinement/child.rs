@@ -117,23 +117,13 @@ impl ChildPlan {
             Made::Init => return self.init(&host_memory),
             Made::Keeper { init } => init,
         };
-        // Under memory pressure the kernel kills the worker before its host.
-        super::namespaces::prefer_for_oom_kill(pid)
-            .map_err(|e| (ConfinementStep::MapIdentity, e))?;
         let go = self.go_write.take();
-        if let Some(go) = &go {
-            rustix::io::write(go, b"g").map_err(|e| (ConfinementStep::Synchronise, e))?;
-        }
-        // Moving a process by its pid can wait for an RCU grace period (`cgroup`): done while
-        // init builds its root, and init waits for "joined" before it joins the rest itself,
-        // starts the worker or enters a cgroup namespace.
-        if let Some(cgroup) = &self.cgroup {
-            cgroup
-                .join_by_pid(pid)
-                .map_err(|e| (ConfinementStep::Cgroup, e))?;
-        }
-        if let Some(go) = &go {
-            rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
+        // Init may not have run yet (a process of the worker's uid may have stopped it before
+        // it armed its parent-death signal): a failure from here on ends it.
+        let started = self.start_init(pid, go.as_ref());
+        if let Err(failed) = started {
+            end_child(pid);
+            return Err(failed.into());
         }
         self.report(REPORT_PID, 0, pid);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
@@ -179,6 +169,29 @@ impl ChildPlan {
                 _ => crate::sys::exit_now(127),
             }
         }
+    }
+
+    /// The keeper's steps for init once it exists: its OOM score, "go", its cgroups by pid,
+    /// "joined".
+    fn start_init(&self, pid: i32, go: Option<&OwnedFd>) -> StepResult {
+        // Under memory pressure the kernel kills the worker before its host.
+        super::namespaces::prefer_for_oom_kill(pid)
+            .map_err(|e| (ConfinementStep::MapIdentity, e))?;
+        if let Some(go) = go {
+            rustix::io::write(go, b"g").map_err(|e| (ConfinementStep::Synchronise, e))?;
+        }
+        // Moving a process by its pid can wait for an RCU grace period (`cgroup`): done while
+        // init builds its root, and init waits for "joined" before it joins the rest itself,
+        // starts the worker or enters a cgroup namespace.
+        if let Some(cgroup) = &self.cgroup {
+            cgroup
+                .join_by_pid(pid)
+                .map_err(|e| (ConfinementStep::Cgroup, e))?;
+        }
+        if let Some(go) = go {
+            rustix::io::write(go, b"j").map_err(|e| (ConfinementStep::Synchronise, e))?;
+        }
+        Ok(())
     }
 
     /// Creates init in the worker's namespaces, its ids mapped: returns in the keeper with
@@ -327,7 +340,13 @@ impl ChildPlan {
             Ok(init) => Ok(Some(Made::Keeper {
                 init: i32::from_le_bytes(init),
             })),
-            Err(e) => Err((CreateNamespaces, e)),
+            Err(e) => {
+                // An init the child made before it was stopped (stopped with it, before it
+                // could arm its parent-death signal) is the keeper's child (`CLONE_PARENT`):
+                // it goes too, and so does every other child left.
+                end_all_children();
+                Err((CreateNamespaces, e))
+            }
         }
     }
 
@@ -499,8 +518,6 @@ fn reported_status(status: &OwnedFd) -> Option<i32> {
     (rustix::io::read(status, &mut raw) == Ok(4)).then(|| i32::from_le_bytes(raw))
 }
 
-/// The keeper holds the write end of `go` open for as long as it lives: a hang-up means it
-/// died before the parent-death signal was armed, and nobody would kill this process.
 /// How long the keeper waits for the child that makes init in a worker-owned namespace to
 /// give init's pid: far longer than a `clone` takes, far shorter than the host's spawn waits.
 const MAKER_WORD: std::time::Duration = std::time::Duration::from_secs(5);
@@ -539,6 +556,37 @@ fn read_within(pipe: &OwnedFd, limit: std::time::Duration) -> Result<[u8; 4], Er
     Ok(word)
 }
 
+/// Kills and reaps every child of the keeper (`/proc/thread-self/children`, read into the
+/// stack: between fork and `exec`). The keeper has one thread, so its children are all there.
+fn end_all_children() {
+    let Ok(list) = rustix::fs::open(
+        c"/proc/thread-self/children",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return;
+    };
+    let mut text = [0u8; 512];
+    let mut len = 0;
+    while len < text.len() {
+        match rustix::io::read(&list, &mut text[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    for pid in text[..len].split(|b| *b == b' ' || *b == b'\n') {
+        let pid = pid.iter().try_fold(0i32, |n, d| match d {
+            b'0'..=b'9' => n.checked_mul(10)?.checked_add(i32::from(d - b'0')),
+            _ => None,
+        });
+        if let Some(pid) = pid.filter(|pid| *pid > 0) {
+            end_child(pid);
+        }
+    }
+}
+
 /// Kills the keeper's child `child` and reaps it: a child in a namespace the worker's uid owns
 /// can be stopped by a process of that uid, so none is left to end on its own.
 fn end_child(child: i32) {
@@ -551,6 +599,8 @@ fn end_child(child: i32) {
     {}
 }
 
+/// The keeper holds the write end of `go` open for as long as it lives: a hang-up means it
+/// died before the parent-death signal was armed, and nobody would kill this process.
 fn keeper_alive(go: &OwnedFd) -> StepResult {
     let mut fds = [rustix::event::PollFd::new(go, rustix::event::PollFlags::IN)];
     let zero = rustix::event::Timespec {
