@@ -69,17 +69,13 @@ async fn a_process_of_the_workers_uid_stopping_its_namespace_cannot_hang_the_spa
     let _ = stopper.kill();
     let _ = stopper.wait();
     let spawned = spawned.expect("the spawn must end, not wait on a stopped child");
-    let landed = spawned
-        .as_ref()
-        .map(|host| host.worker_info().confinement.uid);
+    // Live: the stopper held the new worker's namespace (its maker, init or the worker), so
+    // the spawn failed; one that succeeded would prove nothing.
     assert!(
-        took < Duration::from_secs(40),
-        "the spawn took {took:?}: {:?}",
-        landed
+        spawned.is_err(),
+        "the stopper must have stopped the spawn, or this test proves nothing"
     );
-    if let Ok(host) = spawned {
-        host.shutdown().await;
-    }
+    assert!(took < Duration::from_secs(40), "the spawn took {took:?}");
     // Nothing of the attempt is left: no process of the worker's uid but what ends with it.
     let mut left = processes_of(next);
     for _ in 0..100 {

@@ -97,7 +97,9 @@ impl ChildPlan {
     /// The keeper: creates init, maps its ids, lets it go, reports its pid, then stays as its
     /// parent until it ends. Returns only on failure (in the keeper, or in init).
     fn keep(&mut self) -> Result<(), ChildFailure> {
-        // The keeper, and what it makes, are copies of the host: none may ever dump core.
+        // The keeper, and what it makes, are copies of the host: none may ever dump core (the
+        // keeper re-raises the signal that killed the worker, and a dump would hold the host's
+        // memory).
         let _ = rustix::process::setrlimit(
             rustix::process::Resource::Core,
             rustix::process::Rlimit {
@@ -133,15 +135,8 @@ impl ChildPlan {
         let status = self.status_read.take();
         let fd = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
         crate::sys::close_all_except(&[fd(&go), fd(&status)]);
-        // The keeper is a copy of the host: if it ever dumped core (it re-raises the signal
-        // that killed the worker), the dump would hold the host's memory.
-        let _ = rustix::process::setrlimit(
-            rustix::process::Resource::Core,
-            rustix::process::Rlimit {
-                current: Some(0),
-                maximum: Some(0),
-            },
-        );
+        // No core dump either way (`RLIMIT_CORE` is 0 since the keeper began): the keeper
+        // re-raises the signal that killed the worker.
         let _ =
             rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
         // From here on only the wait below runs, on this stack: the host's memory goes.
@@ -290,7 +285,8 @@ impl ChildPlan {
     /// namespace: its maps, then init made there by a child that joins it. `None` where a
     /// step fails before that child exists: nothing is left, and the caller may make the
     /// namespaces as root. Once it exists, init may exist too, so a failure is the spawn's:
-    /// the child is killed, and an init it made ends as the keeper's `go` closes. The
+    /// the child is killed, and so is every other child of the keeper's, an init it made
+    /// included (stopped, that init would never see the keeper's `go` close). The
     /// keeper waits for the child's word for [`MAKER_WORD`] at most: a process of the
     /// worker's uid may signal it (it is in a namespace that uid owns), so it may be
     /// stopped.

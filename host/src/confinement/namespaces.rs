@@ -155,8 +155,8 @@ impl Identity {
     /// own the namespace), for an unprivileged host (it owns the namespace anyway) and where
     /// `fs.suid_dumpable` is not 0 (see [`set_uid_dumps_are_off`]). The keeper hands the
     /// namespace over only where it can (it needs `CAP_SYS_ADMIN` and `CAP_SYS_PTRACE` to
-    /// map, open and join a namespace it does not own); otherwise root owns the namespace,
-    /// as here.
+    /// map, open and join a namespace it does not own, besides the `CAP_SETUID` any root host
+    /// needs to map ids); otherwise root owns the namespace, as here.
     pub(crate) fn namespace_owner(&self) -> Option<u32> {
         self.owner
     }
@@ -210,7 +210,7 @@ fn set_uid_dumps_are_off() -> bool {
 }
 
 /// Makes this (single-threaded) process's effective uid `uid`, keeping root as its real and
-/// saved uid so that it can become root again (`euid_root`). Between fork and `exec`.
+/// saved uid so that it can become root again (`act_as(0)`). Between fork and `exec`.
 pub(crate) fn act_as(uid: u32) -> Result<(), Errno> {
     use rustix::process::Uid;
     rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::from_raw(uid), Uid::ROOT)
