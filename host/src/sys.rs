@@ -243,6 +243,11 @@ impl VforkStack {
         Ok(stack)
     }
 
+    /// Adds the whole mapping, guard page included, to `kept`.
+    fn footprint(&self, kept: &mut crate::confinement::Kept) {
+        kept.bytes(self.start as usize, self.len);
+    }
+
     /// The top of the stack (it grows down): page-aligned, so 16-byte aligned as the x86-64
     /// and AArch64 ABIs require.
     fn top(&self) -> *mut libc::c_void {
@@ -640,6 +645,12 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
 pub(crate) struct AnchorStack(VforkStack);
 
 impl AnchorStack {
+    /// Adds the mapping to `kept`: the anchor runs on it after the keeper dropped the host's
+    /// memory.
+    pub(crate) fn footprint(&self, kept: &mut crate::confinement::Kept) {
+        self.0.footprint(kept);
+    }
+
     /// Maps it (no allocation: between fork and `exec`).
     pub(crate) fn new() -> Result<Self, rustix::io::Errno> {
         VforkStack::new()
@@ -726,6 +737,29 @@ impl std::fmt::Debug for WorkerExec {
 }
 
 impl WorkerExec {
+    /// Adds every buffer this value owns, and its stack, to `kept`: init reads them after the
+    /// keeper dropped the host's memory (see `ChildPlan::footprint`).
+    pub(crate) fn footprint(&self, kept: &mut crate::confinement::Kept) {
+        let Self {
+            program,
+            _argv: args,
+            _envp: vars,
+            argv,
+            envp,
+            channel: _,
+            stack,
+        } = self;
+        kept.c_str(program);
+        for strings in [args, vars] {
+            kept.slice(strings);
+            for string in strings {
+                kept.c_str(string);
+            }
+        }
+        kept.slice(argv);
+        kept.slice(envp);
+        stack.footprint(kept);
+    }
     /// The exec of `command` (its program and arguments, and exactly the variables set on it:
     /// the command's environment must have been cleared), with `channel` moved to fd 3 first.
     /// Refuses a string holding a NUL byte, as `Command::spawn` does.
@@ -937,6 +971,23 @@ pub(crate) fn unmap_forked_host_memory(start: usize, len: usize) {
     // they still run refers to the heap or the other anonymous mappings unmapped here, and a
     // stray access would fault (ending that process), not read other memory.
     let _ = unsafe { rustix::mm::munmap(start as *mut std::ffi::c_void, len) };
+}
+
+/// Leaves `len` bytes at `start` out of every child this process makes from now on
+/// (`MADV_DONTFORK`): the child has nothing mapped there. Errors are ignored: a range not
+/// marked is copied into the child, as without this call. See `confinement::host_memory`.
+pub(crate) fn withhold_from_children(start: usize, len: usize) {
+    // SAFETY: `madvise` changes no memory of this process and no mapping's contents or
+    // protection, only whether a child made later gets a copy of the range. Called only by
+    // the keeper, whose children (made by raw `clone`, with no atfork handler) read nothing
+    // of the host's memory outside what it keeps (`confinement::host_memory::Kept`).
+    let _ = unsafe {
+        rustix::mm::madvise(
+            start as *mut std::ffi::c_void,
+            len,
+            rustix::mm::Advice::LinuxDontFork,
+        )
+    };
 }
 
 /// Ignores every signal this process has a handler for, but `SIGCHLD`, which goes back to its

@@ -799,6 +799,34 @@ async fn the_keeper_and_init_keep_no_copy_of_the_hosts_memory() {
     host.shutdown().await;
 }
 
+/// Init, inside the worker's namespaces, is never given the host's memory at all, not even
+/// for the moment of its set-up: the keeper leaves it out of every child it makes, but for
+/// the plan those children run. (So no child's fork copies it either, whatever the host's
+/// size.) A process's peak resident memory (`VmHWM`) counts what its fork gave it: the
+/// keeper, a fork of the host, shows the host's ballast was there to be copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_is_never_given_a_copy_of_the_hosts_memory() {
+    const BALLAST_KIB: u64 = 256 << 10;
+    const SET_UP_KIB: u64 = 32 << 10;
+    let ballast = vec![0x5au8; (BALLAST_KIB as usize) << 10];
+    let host = Host::builder(attack_bin()).spawn().await.unwrap();
+    let init = parent_of(host.worker_pid().unwrap());
+    let keeper = parent_of(init);
+    assert!(
+        status_field(keeper, "VmHWM:") >= BALLAST_KIB,
+        "the keeper, a fork of this host, was given its {BALLAST_KIB} kB of ballast"
+    );
+    let peak = status_field(init, "VmHWM:");
+    assert!(
+        peak < SET_UP_KIB,
+        "init held {peak} kB at its peak, in a host holding {BALLAST_KIB} kB"
+    );
+    std::hint::black_box(&ballast);
+    let echoed = host.call::<Echo>(&ByteBuf::from(b"after".to_vec())).await;
+    assert_eq!(echoed.unwrap().as_slice(), b"after");
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
     let host = Host::builder(attack_bin()).spawn().await.unwrap();

@@ -439,6 +439,13 @@ impl Drop for WorkerCgroup {
 }
 
 impl CgroupJoin {
+    /// Adds the buffers this value owns to `kept` (see `ChildPlan::footprint`).
+    pub(crate) fn footprint(&self, kept: &mut super::host_memory::Kept) {
+        let Self { by_pid, by_self } = self;
+        kept.slice(by_pid);
+        kept.slice(by_self);
+    }
+
     /// Moves process `pid` into the directories joined by pid (v2), from its parent. Writes
     /// the decimal pid from a stack buffer: it runs between fork and `exec`.
     pub(crate) fn join_by_pid(&self, pid: i32) -> Result<(), Errno> {

@@ -6,8 +6,10 @@
 //!                  │ (a root host with a worker uid of its own makes the user namespace
 //!                  │  first, as that uid, in an anchor child; a second child joins it and
 //!                  │  makes init there, beside the keeper: `create_init`)
-//!                  │ list the host's memory       │ parent-death signal,   │ own session
-//!                  │ write uid/gid maps           │   wait for "go"        │ channel to fd 3
+//!                  │ list the host's memory;      │ parent-death signal,   │ own session
+//!                  │   withhold it from children  │   wait for "go"        │ channel to fd 3
+//!                  │   but for the plan           │                        │
+//!                  │ write uid/gid maps           │                        │
 //!                  │ oom_score_adj, "go"          │ copy granted paths     ▼ execve
 //!                  │ cgroup v2: move init in;     │   (open_tree)
 //!                  │   "joined"                   │
@@ -23,23 +25,25 @@
 //!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp
 //!                                                 │ start the worker, close everything
-//!                                                 │ drop the host's memory
+//!                                                 │ drop the plan's pages
 //!                                                 ▼ reap; report the worker's status; exit
 //! ```
 //!
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
 //! failing step writes `(step, errno)` to the report pipe so the host can name it. The keeper
-//! and init never `exec`: once only their wait is left, they unmap their copy of the host's
-//! memory (`host_memory`), which they would otherwise hold for the worker's whole life. The
-//! worker is not a fork: it shares init's memory until its own `exec` (`sys::exec_in_sandbox`,
-//! as `posix_spawn` does), so no third copy of the host's memory is made for it.
+//! is the one fork of the host: its children are given only the plan's pages
+//! (`host_memory`), so init never holds the host's memory and no later fork copies it. The
+//! keeper and init never `exec`: once only their wait is left, they unmap what they still hold
+//! of it, which they would otherwise keep for the worker's whole life. The worker is not a
+//! fork: it shares init's memory until its own `exec` (`sys::exec_in_sandbox`, as
+//! `posix_spawn` does).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use rustix::io::Errno;
 
 use super::error::ConfinementStep;
-use super::host_memory::HostMemory;
+use super::host_memory::{HostMemory, Kept};
 use super::plan::{ChildPlan, REPORT_ERROR, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
@@ -115,6 +119,16 @@ impl ChildPlan {
             .and_then(|_| crate::sys::AnchorStack::new().ok());
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
+        // No child made from here (init, the child that makes it, the anchor's namespace
+        // child) gets the host's memory, but for what the plan holds and the anchor runs on:
+        // each copies, and tears down, only that, whatever the host's size. A plan too
+        // scattered to list is copied whole, as the host is.
+        let mut kept = Kept::new();
+        self.footprint(&mut kept);
+        if let Some(stack) = &anchor_stack {
+            stack.footprint(&mut kept);
+        }
+        host_memory.withhold_from_children_except(&mut kept);
         let pid = match self.create_init(anchor_stack)? {
             Made::Init => return self.init(&host_memory),
             Made::Keeper { init } => init,
@@ -367,11 +381,12 @@ impl ChildPlan {
             Err(e) => return Err((Synchronise, e).into()),
         }
         keeper_alive(&go)?;
-        // Init is a fork of the host, holding a copy of its memory: never dumpable, so the
-        // worker (same uid when the host is unprivileged) can open nothing of it in /proc
-        // (`mem`, `environ`, its descriptors). Only now: the keeper, which writes this
-        // process's uid map and oom_score_adj, has done so (it said "go"). And no handler of
-        // the host's: PID 1 takes the signals it handles from inside its namespace.
+        // Init is a fork of the host's keeper, holding the plan (paths, the environment,
+        // descriptors): never dumpable, so the worker (same uid when the host is
+        // unprivileged) can open nothing of it in /proc (`mem`, `environ`, its descriptors).
+        // Only now: the keeper, which writes this process's uid map and oom_score_adj, has
+        // done so (it said "go"). And no handler of the host's: PID 1 takes the signals it
+        // handles from inside its namespace.
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
             .map_err(|e| (Synchronise, e))?;
         crate::sys::reset_signal_handlers();

@@ -7,10 +7,17 @@
 //! workers and then rewrote its data was measured holding 3.2 GiB more than before, and init,
 //! inside the worker's namespaces, would hold whatever secrets the host's heap held.
 //!
-//! So both drop that memory once their set-up is done and only their wait loop is left:
 //! [`HostMemory::read`] lists the private anonymous mappings (the heap, other threads' stacks,
-//! `mmap`ed buffers) from `/proc/self/maps` while the host's `/proc` is still mounted, and
-//! [`HostMemory::drop_all`] unmaps them. What the loop still runs on stays: this thread's own
+//! `mmap`ed buffers) from `/proc/self/maps` while the host's `/proc` is still mounted. Before
+//! the keeper makes any child, [`HostMemory::withhold_from_children_except`] marks them all
+//! `MADV_DONTFORK` but for the pages of [`Kept`]: the plan's own buffers and the stacks its
+//! children run on (`ChildPlan::footprint`). So init, and the child that makes it, never get
+//! the host's memory, and their forks copy and tear down only those pages, however large the
+//! host: the keeper's fork of the host is the spawn's one copy of it. Marking costs a few
+//! system calls per range, where unmapping would walk every page the keeper has. Both drop
+//! the rest once their set-up is done and only their wait loop is left:
+//! [`HostMemory::drop_all`] unmaps every range listed (the keeper its copy of the host, init
+//! the plan's pages). What the loop still runs on stays: this thread's own
 //! stack (which also holds its thread-local storage), and the file-backed mappings (the code,
 //! libc's data) with the anonymous `.bss` that follows each (libc's and the loader's
 //! globals). An unmapped page touched by mistake is a crash of the keeper or init (the
@@ -18,17 +25,19 @@
 //!
 //! Still held: pages of private file mappings the host wrote to (its own and its libraries'
 //! `.data`, a file it mapped privately and changed) and shared mappings, which are the
-//! host's own memory rather than copies of it. The list is read once, before init is
-//! cloned; nothing may map memory between then and the unmapping (a range reaches over the
-//! unmapped gaps between anonymous mappings, and would take a new mapping there with it).
+//! host's own memory rather than copies of it. The list is read once, before any child is
+//! made; nothing may map memory between then and the marking (a range reaches over the
+//! unmapped gaps between anonymous mappings, and would take a new mapping there with it),
+//! and what is mapped later goes with the unmapping.
 //!
 //! Between fork and `exec` nothing may allocate: the list is a fixed array on the stack, and
-//! `/proc/self/maps` is read through a fixed buffer.
+//! `/proc/self/maps` is read through a fixed buffer. In init nothing could: the allocator's
+//! own memory is the host's, withheld.
 //!
-//! The host's signal handlers are inherited too, and the keeper keeps them until then (init
-//! resets its own): each would run on the host's memory (tokio's reads its registry on the
-//! heap), so before the unmapping every handled signal becomes ignored, but `SIGCHLD`, which
-//! goes back to its default. A handled signal still changes nothing (the handler returned),
+//! The host's signal handlers are inherited too: each would run on the host's memory (tokio's
+//! reads its registry on the heap), which the keeper's children never have, so before the
+//! keeper makes one every handled signal becomes ignored, but `SIGCHLD`, which goes back to
+//! its default (init then resets all its own). A handled signal still changes nothing (the handler returned),
 //! and the keeper still ends as its worker did.
 
 use std::os::fd::OwnedFd;
@@ -158,6 +167,140 @@ impl HostMemory {
         for &(start, end) in self.ranges() {
             crate::sys::unmap_forked_host_memory(start, end - start);
         }
+    }
+
+    /// Leaves every listed range but the pages of `kept` out of the children this process
+    /// makes from now on (`MADV_DONTFORK`): what the keeper does before it makes any, so that
+    /// none of them copies the host's memory, or holds it, and the keeper tears its own copy
+    /// down only once init runs (see the module docs). Marking a range costs the same
+    /// whatever it holds; unmapping it would walk every page. Only for a forked copy of the
+    /// host whose children read nothing of the host's memory outside `kept`, their stack and
+    /// the file-backed mappings; first, no handler of the host's may run any more (it would
+    /// fault in them). Marks nothing, and returns false, where `kept` could not hold every
+    /// span it was given.
+    pub(crate) fn withhold_from_children_except(&self, kept: &mut Kept) -> bool {
+        let Some(kept) = kept.sorted() else {
+            return false;
+        };
+        crate::sys::ignore_handled_signals();
+        for &range in self.ranges() {
+            outside(range, kept, |start, end| {
+                crate::sys::withhold_from_children(start, end - start)
+            });
+        }
+        true
+    }
+}
+
+/// Spans kept at most: the plan's buffers, many of them on the same pages, which merge.
+const MAX_KEPT: usize = 512;
+
+/// The memory a forked copy of the host still reads once it has dropped the rest: whole
+/// pages, as `munmap` works on pages. A plain value on the stack, filled without allocating.
+pub(crate) struct Kept {
+    spans: [(usize, usize); MAX_KEPT],
+    len: usize,
+    /// A span did not fit: keeping only some would drop memory still read.
+    overflowed: bool,
+}
+
+impl Kept {
+    /// Nothing kept yet.
+    pub(crate) const fn new() -> Self {
+        Self {
+            spans: [(0, 0); MAX_KEPT],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    /// The memory of `value` itself (not what it points to).
+    pub(crate) fn value<T>(&mut self, value: &T) {
+        self.bytes(std::ptr::from_ref(value) as usize, std::mem::size_of::<T>());
+    }
+
+    /// The memory of the items of `slice` (a `Vec`'s buffer, a string's bytes).
+    pub(crate) fn slice<T>(&mut self, slice: &[T]) {
+        self.bytes(slice.as_ptr() as usize, std::mem::size_of_val(slice));
+    }
+
+    /// The bytes of `string`, its terminating NUL included.
+    pub(crate) fn c_str(&mut self, string: &std::ffi::CStr) {
+        self.slice(string.to_bytes_with_nul());
+    }
+
+    /// `len` bytes at `start`, widened to whole pages. Nothing for no bytes (an empty `Vec`'s
+    /// pointer points at nothing).
+    pub(crate) fn bytes(&mut self, start: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let page = rustix::param::page_size();
+        let first = start & !(page - 1);
+        let end = start
+            .checked_add(len)
+            .and_then(|end| end.checked_next_multiple_of(page))
+            .unwrap_or(usize::MAX & !(page - 1));
+        // Buffers made one after another often share a page with the last one kept.
+        if let Some(last) = self.len.checked_sub(1).map(|i| &mut self.spans[i]) {
+            if first <= last.1 && end >= last.0 {
+                *last = (last.0.min(first), last.1.max(end));
+                return;
+            }
+        }
+        match self.spans.get_mut(self.len) {
+            Some(span) => {
+                *span = (first, end);
+                self.len += 1;
+            }
+            None => self.overflowed = true,
+        }
+    }
+
+    /// The spans in address order, overlapping ones merged; `None` if one did not fit. Sorts
+    /// in place: no allocation.
+    fn sorted(&mut self) -> Option<&[(usize, usize)]> {
+        if self.overflowed {
+            return None;
+        }
+        let spans = &mut self.spans[..self.len];
+        spans.sort_unstable();
+        let mut merged = 0usize;
+        for i in 0..spans.len() {
+            let span = spans[i];
+            match merged.checked_sub(1).map(|last| &mut spans[last]) {
+                Some(last) if span.0 <= last.1 => last.1 = last.1.max(span.1),
+                _ => {
+                    spans[merged] = span;
+                    merged += 1;
+                }
+            }
+        }
+        Some(&self.spans[..merged])
+    }
+}
+
+/// Hands `each` the pieces of `range` outside every span of `kept` (sorted, disjoint), in
+/// address order.
+fn outside(range: (usize, usize), kept: &[(usize, usize)], mut each: impl FnMut(usize, usize)) {
+    let (mut from, end) = range;
+    for &(start, stop) in kept {
+        if stop <= from {
+            continue;
+        }
+        if start >= end {
+            break;
+        }
+        if start > from {
+            each(from, start);
+        }
+        from = stop;
+        if from >= end {
+            return;
+        }
+    }
+    if from < end {
+        each(from, end);
     }
 }
 
@@ -391,6 +534,86 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(found
             .ranges()
             .contains(&(0x7000_1000_0000, 0x7000_2000_0000)));
+    }
+
+    fn pieces(range: (usize, usize), kept: &[(usize, usize)]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        outside(range, kept, |start, end| found.push((start, end)));
+        found
+    }
+
+    #[test]
+    fn only_the_pages_outside_every_kept_span_are_withheld() {
+        let kept = [(0x3000, 0x5000), (0x8000, 0x9000), (0x20000, 0x21000)];
+        assert_eq!(
+            pieces((0x1000, 0x10000), &kept),
+            vec![(0x1000, 0x3000), (0x5000, 0x8000), (0x9000, 0x10000)]
+        );
+        // Kept spans at a range's ends, over it whole, or elsewhere.
+        assert_eq!(pieces((0x3000, 0x9000), &kept), vec![(0x5000, 0x8000)]);
+        assert_eq!(pieces((0x3000, 0x5000), &kept), vec![]);
+        assert_eq!(pieces((0x4000, 0x4800), &kept), vec![]);
+        assert_eq!(pieces((0x10000, 0x12000), &kept), vec![(0x10000, 0x12000)]);
+        assert_eq!(pieces((0x1000, 0x2000), &[]), vec![(0x1000, 0x2000)]);
+    }
+
+    #[test]
+    fn kept_bytes_widen_to_whole_pages_and_merge() {
+        let page = rustix::param::page_size();
+        let mut kept = Kept::new();
+        kept.bytes(10 * page + 5, 1);
+        // Later on the same page, and on the next: one span.
+        kept.bytes(10 * page + 100, page);
+        kept.bytes(3 * page, 2 * page);
+        // Nothing for no bytes, wherever an empty buffer's pointer points.
+        kept.bytes(1, 0);
+        kept.slice::<u64>(&[]);
+        // Inside a span kept earlier, not next to the last one.
+        kept.bytes(4 * page + 1, 8);
+        assert_eq!(
+            kept.sorted(),
+            Some(&[(3 * page, 5 * page), (10 * page, 12 * page)][..])
+        );
+    }
+
+    #[test]
+    fn more_spans_than_fit_withhold_nothing() {
+        let page = rustix::param::page_size();
+        let mut kept = Kept::new();
+        for i in 0..MAX_KEPT {
+            kept.bytes(2 * i * page, 1);
+        }
+        assert_eq!(kept.sorted().map(<[_]>::len), Some(MAX_KEPT));
+        kept.bytes(2 * MAX_KEPT * page, 1);
+        assert_eq!(kept.sorted(), None);
+        assert!(!HostMemory::empty().withhold_from_children_except(&mut kept));
+    }
+
+    /// A value's own bytes, its buffer and the strings in it each lie inside a kept span.
+    #[test]
+    fn a_value_and_its_buffers_are_kept() {
+        let strings = vec![
+            std::ffi::CString::new("a").unwrap(),
+            std::ffi::CString::new(vec![b'b'; 10_000]).unwrap(),
+        ];
+        let mut kept = Kept::new();
+        kept.value(&strings);
+        kept.slice(&strings);
+        for string in &strings {
+            kept.c_str(string);
+        }
+        let spans = kept.sorted().unwrap().to_vec();
+        let covered = |at: usize, len: usize| {
+            spans
+                .iter()
+                .any(|&(start, end)| start <= at && at + len <= end)
+        };
+        assert!(covered(std::ptr::from_ref(&strings) as usize, 24));
+        assert!(covered(strings.as_ptr() as usize, 2 * 16));
+        for string in &strings {
+            let bytes = string.to_bytes_with_nul();
+            assert!(covered(bytes.as_ptr() as usize, bytes.len()));
+        }
     }
 
     #[test]

@@ -133,6 +133,16 @@ fn access_for(abi: ABI, writable: bool, is_dir: bool) -> BitFlags<AccessFs> {
 }
 
 impl LandlockPlan {
+    /// Owns no buffer: the ruleset is a descriptor and flags, held in the plan itself (as
+    /// `landlock`'s `RulesetCreated` is in 0.4). See `ChildPlan::footprint`.
+    pub(crate) fn footprint(&self, _kept: &mut super::host_memory::Kept) {
+        let Self {
+            ruleset: _,
+            abi: _,
+            version: _,
+        } = self;
+    }
+
     /// In the child, after it entered its root: adds the rules for its own `/tmp`
     /// (read-write) and `/proc` (read-only) and restricts itself. Allocates nothing: the
     /// crate's rule and restrict calls are system calls on the ruleset descriptor.

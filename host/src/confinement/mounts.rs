@@ -126,6 +126,58 @@ fn staged_ancestors(path: &Path) -> Result<Vec<CString>, Errno> {
 }
 
 impl MountTable {
+    /// Adds every buffer this table owns to `kept` (see `ChildPlan::footprint`).
+    pub(crate) fn footprint(&self, kept: &mut super::host_memory::Kept) {
+        let Self {
+            binds,
+            dirs,
+            links,
+            stage,
+            root_options,
+            proc_target,
+            tmp_target,
+            tmp_options,
+            cwd,
+        } = self;
+        kept.slice(binds);
+        for bind in binds {
+            let Bind {
+                source,
+                target,
+                ancestors,
+                is_dir: _,
+                writable: _,
+                identity: _,
+                tree: _,
+            } = bind;
+            kept.c_str(source);
+            kept.c_str(target);
+            kept.slice(ancestors);
+            for ancestor in ancestors {
+                kept.c_str(ancestor);
+            }
+        }
+        kept.slice(dirs);
+        for dir in dirs {
+            kept.c_str(dir);
+        }
+        kept.slice(links);
+        for (link, target) in links {
+            kept.c_str(link);
+            kept.c_str(target);
+        }
+        for string in [
+            stage,
+            root_options,
+            proc_target,
+            tmp_target,
+            tmp_options,
+            cwd,
+        ] {
+            kept.c_str(string);
+        }
+    }
+
     /// The mount plan for `grants` (the policy's paths and the worker program), the system
     /// trees, `/dev`, `/proc` and a `/tmp` of `tmp_size` bytes, entering `cwd`.
     pub(crate) fn new(

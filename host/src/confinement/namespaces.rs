@@ -161,6 +161,21 @@ impl Identity {
         self.owner
     }
 
+    /// Adds the buffers this value owns (its maps) to `kept` (see `ChildPlan::footprint`).
+    pub(crate) fn footprint(&self, kept: &mut super::host_memory::Kept) {
+        let Self {
+            uid: _,
+            gid: _,
+            own_uid: _,
+            host_is_root: _,
+            owner: _,
+            uid_map,
+            gid_map,
+        } = self;
+        kept.c_str(uid_map);
+        kept.c_str(gid_map);
+    }
+
     /// Run by the keeper once the worker exists: writes its maps. An unprivileged keeper may
     /// only map its own ids, and only after denying `setgroups` to the namespace.
     pub(crate) fn write_maps(&self, worker: i32) -> Result<(), Errno> {

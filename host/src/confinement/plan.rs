@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use seccompiler::BpfProgram;
 
 use super::error::{ConfinementError, ConfinementStep, Feature};
+use super::host_memory::Kept;
 use super::landlock::LandlockPlan;
 use super::mounts::{Grant, MountTable};
 use super::namespaces::Identity;
@@ -46,6 +47,54 @@ pub(crate) struct ChildPlan {
     /// How init starts the worker (namespaces only; the spawn sets it once the command is
     /// complete). A child confined in place goes on to `std`'s own `exec` instead.
     pub(crate) worker: Option<crate::sys::WorkerExec>,
+}
+
+impl ChildPlan {
+    /// Adds to `kept` every byte the keeper and init read through this plan once the keeper
+    /// has dropped the host's memory: the plan itself and each buffer it owns. Each field is
+    /// named, here and in the parts' own `footprint`s, so that a new one cannot be left out
+    /// unseen: a buffer missing here is unmapped before init reads it, and init faults.
+    pub(crate) fn footprint(&self, kept: &mut Kept) {
+        let Self {
+            namespaced: _,
+            identity,
+            mounts,
+            landlock,
+            seccomp,
+            limits,
+            cwd,
+            report: _,
+            go_read: _,
+            go_write: _,
+            status_read: _,
+            status_write: _,
+            cgroup,
+            host: _,
+            worker,
+        } = self;
+        kept.value(self);
+        identity.footprint(kept);
+        if let Some(mounts) = mounts {
+            mounts.footprint(kept);
+        }
+        if let Some(landlock) = landlock {
+            landlock.footprint(kept);
+        }
+        kept.slice(seccomp);
+        for program in seccomp {
+            kept.slice(program);
+        }
+        limits.footprint(kept);
+        if let Some(cwd) = cwd {
+            kept.c_str(cwd);
+        }
+        if let Some(cgroup) = cgroup {
+            cgroup.footprint(kept);
+        }
+        if let Some(worker) = worker {
+            worker.footprint(kept);
+        }
+    }
 }
 
 /// What the host keeps of a confined spawn.

@@ -24,6 +24,12 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
+    /// Adds the buffer this value owns to `kept` (see `ChildPlan::footprint`).
+    pub(crate) fn footprint(&self, kept: &mut super::host_memory::Kept) {
+        let Self { entries } = self;
+        kept.slice(entries);
+    }
+
     /// The limits `policy` asks for, checked.
     pub(crate) fn from_policy(policy: &Confinement) -> Result<Self, ConfinementError> {
         let check =
