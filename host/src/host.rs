@@ -218,14 +218,14 @@ impl HostBuilder {
     /// Starts the worker and completes its handshake. Fails if the program cannot run or the
     /// handshake fails; after that, lost workers are replaced by the supervisor.
     ///
-    /// A confined worker's sandbox is built by forks of this process (under
-    /// `Confinement::strict()`, two: a keeper and the sandbox's init, which then starts the
+    /// A confined worker's sandbox is built by a fork of this process (under
+    /// `Confinement::strict()`, a keeper, which makes the sandbox's init; init then starts the
     /// worker without a fork), and a fork copies the page tables of all the memory the process
     /// holds: a spawn takes longer the larger the host has grown (measured on a 2-vCPU VM with
-    /// 512 MiB resident: 40–44 ms, against about 5 ms in a small process). Start long-lived
-    /// workers and pools early. The keeper and init, which never `exec`, unmap their copy of
-    /// this process's memory once the sandbox is built, so a worker does not keep the host's
-    /// memory resident as it was at the spawn. An unconfined
+    /// 512 MiB resident: about 20 ms, against about 5 ms in a small process). Start long-lived
+    /// workers and pools early. The keeper gives its children (init among them) only the
+    /// spawn's own plan of this process's memory, and unmaps its copy once the sandbox is
+    /// built, so a worker does not keep the host's memory resident as it was at the spawn. An unconfined
     /// worker (`Confinement::none()`) is not forked but cloned sharing this process's memory
     /// until it `exec`s, as `posix_spawn` does: its spawn costs the same whatever the host's
     /// size (Linux 5.4 or later: it is held by a pidfd).

@@ -468,6 +468,12 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     };
     let (pid, pidfd, report) = match verified(&child, &prepared) {
         Ok(found) => found,
+        Err(err @ ConfinementError::Step { .. }) => {
+            // The keeper ended init before it started the worker, and said why.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(SpawnError::Confinement(err));
+        }
         Err(err) => {
             // A worker that exited at once cannot be read back, and leaves nothing running
             // for long (its PID namespace died with it; without one, its process group is
@@ -550,6 +556,12 @@ fn verified(
         return Ok((keeper, None, report));
     }
     let reports = prepared.read_reports();
+    if let Some((step, errno)) = reports.failure {
+        return Err(ConfinementError::Step {
+            step,
+            source: std::io::Error::from_raw_os_error(errno),
+        });
+    }
     let init = reports
         .worker_pid
         .and_then(|p| u32::try_from(p).ok())

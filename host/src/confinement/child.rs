@@ -143,11 +143,31 @@ impl ChildPlan {
         }
         self.report(REPORT_PID, 0, pid);
         // Nothing of the host's stays open here: not the channel, not stdio (so the worker's
-        // exit is the end of its streams), not the report pipe. Only `go`, whose closing tells
-        // init the keeper is gone, and the read end of init's status pipe.
+        // exit is the end of its streams), and, once init has started the worker, not the
+        // report pipe. Only `go`, whose closing tells init the keeper is gone, and the read
+        // end of init's status pipe.
         self.status_write = None;
         let status = self.status_read.take();
         let fd = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
+        crate::sys::close_all_except(&[fd(&go), fd(&status), self.report.as_raw_fd()]);
+        // Where the kernel has no pidfds (before 5.3), the keeper waits for init unbounded.
+        let init_fd = rustix::process::Pid::from_raw(pid).and_then(|init| {
+            rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty()).ok()
+        });
+        if let (Some(go), Some(init_fd)) = (&go, &init_fd) {
+            if let Err(errno) = init_starts_the_worker_within(go, init_fd, INIT_SET_UP) {
+                // Stopped, most likely, by a process of the worker's uid: init would hold the
+                // spawn (it holds the descriptor that tells the host the child started) and
+                // stay stopped for as long as the host lives.
+                self.report(
+                    REPORT_ERROR,
+                    ConfinementStep::Synchronise.code(),
+                    errno.raw_os_error(),
+                );
+                end_child(pid);
+                crate::sys::exit_now(127);
+            }
+        }
         crate::sys::close_all_except(&[fd(&go), fd(&status)]);
         // No core dump either way (`RLIMIT_CORE` is 0 since the keeper began): the keeper
         // re-raises the signal that killed the worker.
@@ -532,6 +552,43 @@ fn reported_status(status: &OwnedFd) -> Option<i32> {
 /// How long the keeper waits for the child that makes init in a worker-owned namespace to
 /// give init's pid: far longer than a `clone` takes, far shorter than the host's spawn waits.
 const MAKER_WORD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long the keeper waits, once init exists, for init to start the worker: far longer
+/// than building the sandbox takes (milliseconds), shorter than the host's spawn waits for
+/// the keeper (30 s), so that the keeper, not the host, ends an init that never gets there.
+const INIT_SET_UP: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits until init has started the worker or ended (`init`, its pidfd, is readable then).
+/// Started, it has let go of `go` (the write end, held here): it closes its read end then,
+/// and the host its copy once its spawn has returned, which init's start lets it do; a pipe's
+/// write end reports an error once no read end is left. `TIMEDOUT` past `limit`.
+fn init_starts_the_worker_within(
+    go: &OwnedFd,
+    init: &OwnedFd,
+    limit: std::time::Duration,
+) -> Result<(), Errno> {
+    use rustix::event::{PollFd, PollFlags};
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(Errno::TIMEDOUT);
+        }
+        let wait = rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [
+            PollFd::new(go, PollFlags::empty()),
+            PollFd::new(init, PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, Some(&wait)) {
+            Ok(0) | Err(Errno::INTR) => continue,
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Reads four bytes from `pipe` within `limit`: `TIMEDOUT` past it, `PIPE` if it ends first.
 /// (A monotonic clock read is a system call or the vDSO: no allocation, no lock.)
