@@ -827,6 +827,77 @@ async fn init_is_never_given_a_copy_of_the_hosts_memory() {
     host.shutdown().await;
 }
 
+/// Whether `needle` is in the private memory of process `pid` that `only` (an address) lies
+/// in, or in any of its private memory, read through `/proc/<pid>/mem`.
+fn private_memory_holds(pid: u32, needle: &[u8], only: Option<usize>) -> bool {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    maps.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        let Some((start, end)) = range.split_once('-') else {
+            return false;
+        };
+        let parse = |hex| usize::from_str_radix(hex, 16).unwrap();
+        let (start, end) = (parse(start), parse(end));
+        if !perms.starts_with('r') || !perms.ends_with('p') || line.ends_with("[vvar]") {
+            return false;
+        }
+        if only.is_some_and(|at| !(start..end).contains(&at)) {
+            return false;
+        }
+        let mut bytes = vec![0u8; end - start];
+        let Ok(read) = mem.read_at(&mut bytes, start as u64) else {
+            return false;
+        };
+        bytes[..read].windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+/// Init reads the spawn's plan (the worker's environment among it) on pages of the host's
+/// memory the keeper kept for it; once the worker runs, init unmaps those too, and holds
+/// nothing of the host's but its code and data for the worker's whole life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_keeps_no_page_of_the_spawns_plan_once_the_worker_runs() {
+    if !rustix::process::geteuid().is_root() {
+        // Init is not dumpable: only `CAP_SYS_PTRACE` reads its memory.
+        eprintln!("skipped: reading init's memory takes root");
+        return;
+    }
+    let marker = format!(
+        "airlock-plan-marker-{:016x}",
+        rand_core::RngCore::next_u64(&mut rand_core::UnwrapErr(rand_core::OsRng))
+    );
+    // The probe reads real memory: this process holds the marker.
+    assert!(private_memory_holds(
+        std::process::id(),
+        marker.as_bytes(),
+        Some(marker.as_ptr() as usize)
+    ));
+    let host = Host::builder(attack_bin())
+        .env("AIRLOCK_PLAN_MARKER", &marker)
+        .spawn()
+        .await
+        .unwrap();
+    let init = parent_of(host.worker_pid().unwrap());
+    // Init unmaps them as the worker starts; the host may see the worker ready a moment
+    // earlier.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while private_memory_holds(init, marker.as_bytes(), None) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "init still holds the worker's environment"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let echoed = host.call::<Echo>(&ByteBuf::from(b"after".to_vec())).await;
+    assert_eq!(echoed.unwrap().as_slice(), b"after");
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_worker_cannot_make_its_keeper_dump_the_hosts_memory() {
     let host = Host::builder(attack_bin()).spawn().await.unwrap();
@@ -1009,6 +1080,7 @@ fn the_attacks_are_refused_for_an_unprivileged_host_too() {
         "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
         "the_sandboxs_init_is_as_unreadable_as_the_host",
         "the_keeper_and_init_keep_no_copy_of_the_hosts_memory",
+        "init_is_never_given_a_copy_of_the_hosts_memory",
         "a_worker_in_another_language_is_confined_by_the_hosts_layers",
     ];
     // One at a time (every re-run is): a thief that cannot tell its sibling's pipes apart
@@ -1056,6 +1128,7 @@ fn a_root_host_without_cap_sys_admin_or_sys_ptrace_still_confines_its_workers() 
         "the_host_reports_what_it_verified",
         "invariant_11_a_worker_is_confined_by_default_and_verified_from_outside",
         "a_worker_cannot_take_a_kernel_budget_it_shares_with_its_host",
+        "init_is_never_given_a_copy_of_the_hosts_memory",
     ];
     // Its re-runs use up root's budgets as the tests in this process do.
     let _alone = HOST_USERS_BUDGETS.blocking_lock();

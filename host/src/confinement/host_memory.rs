@@ -52,8 +52,11 @@ const MAX_RANGES: usize = 256;
 /// is file-backed and skipped without being parsed.
 const READ_CHUNK: usize = 4096;
 
-/// The private anonymous mappings of this process, except the one holding the calling
-/// thread's stack. A plain value: a fork copies it with its stack.
+/// The private anonymous mappings of this process, except those holding the calling thread's
+/// own memory: its stack and its thread-local storage (with the thread's control block, which
+/// libc reads through the thread pointer: the same mapping as the stack for a thread `std`
+/// started, one of its own for the main thread). A plain value: a fork copies it with its
+/// stack.
 #[derive(Clone, Copy)]
 pub(crate) struct HostMemory {
     ranges: [(usize, usize); MAX_RANGES],
@@ -81,8 +84,14 @@ impl HostMemory {
     /// Reads this process's mappings from `/proc/self/maps`, without allocating. Call it in
     /// the forked child while the host's `/proc` is still its own; empty if it cannot be read.
     pub(crate) fn read() -> Self {
+        thread_local! {
+            static THREAD_LOCAL: u8 = const { 0 };
+        }
         let marker = 0u8;
-        let stack = std::ptr::addr_of!(marker) as usize;
+        let own = [
+            std::ptr::addr_of!(marker) as usize,
+            THREAD_LOCAL.with(|local| std::ptr::from_ref(local) as usize),
+        ];
         let mut found = Self::empty();
         let Ok(maps) = rustix::fs::open(
             c"/proc/self/maps",
@@ -91,33 +100,33 @@ impl HostMemory {
         ) else {
             return found;
         };
-        found.read_from(&maps, stack);
+        found.read_from(&maps, own);
         found
     }
 
-    fn read_from(&mut self, maps: &OwnedFd, stack: usize) {
+    fn read_from(&mut self, maps: &OwnedFd, own: [usize; 2]) {
         let mut lines = Lines::new();
         loop {
             match rustix::io::read(maps, lines.space()) {
                 Ok(0) => break,
-                Ok(n) => lines.filled(n, |line| self.add_line(line, stack)),
+                Ok(n) => lines.filled(n, |line| self.add_line(line, own)),
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => break,
             }
         }
     }
 
-    /// Records `line` if it is a private anonymous mapping that does not hold `stack` and is
-    /// not a file's `.bss`; any other line (one that could not be read whole too) is a
-    /// mapping that stays.
-    fn add_line(&mut self, line: &[u8], stack: usize) {
+    /// Records `line` if it is a private anonymous mapping that holds neither address of
+    /// `own` and is not a file's `.bss`; any other line (one that could not be read whole
+    /// too) is a mapping that stays.
+    fn add_line(&mut self, line: &[u8], own: [usize; 2]) {
         let mapping = parse_line(line);
         let after_file = self.file_end.take();
         self.file_end = mapping.and_then(|m| m.file_backed.then_some(m.end));
         match mapping {
             Some(m)
                 if m.anonymous
-                    && !(m.start..m.end).contains(&stack)
+                    && !own.iter().any(|at| (m.start..m.end).contains(at))
                     && !(m.unnamed && after_file == Some(m.start)) =>
             {
                 self.add(m.start, m.end)
@@ -436,7 +445,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 let space = lines.space();
                 let n = space.len().min(piece.len());
                 space[..n].copy_from_slice(&piece[..n]);
-                lines.filled(n, |line| found.add_line(line, stack));
+                lines.filled(n, |line| found.add_line(line, [stack, stack]));
                 piece = &piece[n..];
             }
         }
@@ -614,6 +623,27 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             let bytes = string.to_bytes_with_nul();
             assert!(covered(bytes.as_ptr() as usize, bytes.len()));
         }
+    }
+
+    /// The main thread's thread-local storage and control block lie in a mapping of their
+    /// own, which stays as the stack does, and keeps its neighbours apart.
+    #[test]
+    fn the_mapping_holding_the_threads_own_storage_is_not_listed() {
+        let mut found = HostMemory::empty();
+        let mut lines = Lines::new();
+        let own = [0x7f3000400000, 0x7f0000010000];
+        let n = MAPS.len();
+        lines.space()[..n].copy_from_slice(MAPS.as_bytes());
+        lines.filled(n, |line| found.add_line(line, own));
+        assert_eq!(
+            found.ranges(),
+            [
+                (0x5581c4000000, 0x5581c4021000),
+                (0x7f0000021000, 0x7f0004000000),
+                (0x7f2000000000, 0x7f3000001000),
+                (0x7ffd00000000, 0x7ffd00021000),
+            ]
+        );
     }
 
     #[test]
