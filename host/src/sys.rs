@@ -750,12 +750,8 @@ impl WorkerExec {
             stack,
         } = self;
         kept.c_str(program);
-        for strings in [args, vars] {
-            kept.slice(strings);
-            for string in strings {
-                kept.c_str(string);
-            }
-        }
+        kept.c_strings(args);
+        kept.c_strings(vars);
         kept.slice(argv);
         kept.slice(envp);
         stack.footprint(kept);

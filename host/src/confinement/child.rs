@@ -568,7 +568,40 @@ fn init_starts_the_worker_within(
     limit: std::time::Duration,
 ) -> Result<(), Errno> {
     use rustix::event::{PollFd, PollFlags};
+    poll_until(
+        &mut [
+            PollFd::new(go, PollFlags::empty()),
+            PollFd::new(init, PollFlags::IN),
+        ],
+        std::time::Instant::now() + limit,
+    )
+}
+
+/// Reads four bytes from `pipe` within `limit`: `TIMEDOUT` past it, `PIPE` if it ends first.
+fn read_within(pipe: &OwnedFd, limit: std::time::Duration) -> Result<[u8; 4], Errno> {
+    use rustix::event::{PollFd, PollFlags};
     let until = std::time::Instant::now() + limit;
+    let mut word = [0u8; 4];
+    let mut filled = 0;
+    while filled < word.len() {
+        poll_until(&mut [PollFd::new(pipe, PollFlags::IN)], until)?;
+        match rustix::io::read(pipe, &mut word[filled..]) {
+            Ok(0) => return Err(Errno::PIPE),
+            Ok(n) => filled += n,
+            Err(Errno::INTR | Errno::AGAIN) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(word)
+}
+
+/// Polls `fds` until one of them reports an event, through interruptions: `TIMEDOUT` once
+/// `until` has passed. (A monotonic clock read is a system call or the vDSO: no allocation,
+/// no lock.)
+fn poll_until(
+    fds: &mut [rustix::event::PollFd<'_>],
+    until: std::time::Instant,
+) -> Result<(), Errno> {
     loop {
         let left = until.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
@@ -578,50 +611,12 @@ fn init_starts_the_worker_within(
             tv_sec: left.as_secs() as i64,
             tv_nsec: i64::from(left.subsec_nanos()),
         };
-        let mut fds = [
-            PollFd::new(go, PollFlags::empty()),
-            PollFd::new(init, PollFlags::IN),
-        ];
-        match rustix::event::poll(&mut fds, Some(&wait)) {
+        match rustix::event::poll(fds, Some(&wait)) {
             Ok(0) | Err(Errno::INTR) => continue,
             Ok(_) => return Ok(()),
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Reads four bytes from `pipe` within `limit`: `TIMEDOUT` past it, `PIPE` if it ends first.
-/// (A monotonic clock read is a system call or the vDSO: no allocation, no lock.)
-fn read_within(pipe: &OwnedFd, limit: std::time::Duration) -> Result<[u8; 4], Errno> {
-    let until = std::time::Instant::now() + limit;
-    let mut word = [0u8; 4];
-    let mut filled = 0;
-    while filled < word.len() {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(Errno::TIMEDOUT);
-        }
-        let wait = rustix::event::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            pipe,
-            rustix::event::PollFlags::IN,
-        )];
-        match rustix::event::poll(&mut fds, Some(&wait)) {
-            Ok(0) | Err(Errno::INTR) => continue,
-            Ok(_) => {}
-            Err(e) => return Err(e),
-        }
-        match rustix::io::read(pipe, &mut word[filled..]) {
-            Ok(0) => return Err(Errno::PIPE),
-            Ok(n) => filled += n,
-            Err(Errno::INTR | Errno::AGAIN) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(word)
 }
 
 /// Kills and reaps every child of the keeper (`/proc/thread-self/children`, read into the

@@ -238,6 +238,14 @@ impl Kept {
         self.slice(string.to_bytes_with_nul());
     }
 
+    /// A `Vec`'s buffer of strings, and each string's bytes.
+    pub(crate) fn c_strings(&mut self, strings: &[std::ffi::CString]) {
+        self.slice(strings);
+        for string in strings {
+            self.c_str(string);
+        }
+    }
+
     /// `len` bytes at `start`, widened to whole pages. Nothing for no bytes (an empty `Vec`'s
     /// pointer points at nothing).
     pub(crate) fn bytes(&mut self, start: usize, len: usize) {

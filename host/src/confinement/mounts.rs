@@ -152,15 +152,9 @@ impl MountTable {
             } = bind;
             kept.c_str(source);
             kept.c_str(target);
-            kept.slice(ancestors);
-            for ancestor in ancestors {
-                kept.c_str(ancestor);
-            }
+            kept.c_strings(ancestors);
         }
-        kept.slice(dirs);
-        for dir in dirs {
-            kept.c_str(dir);
-        }
+        kept.c_strings(dirs);
         kept.slice(links);
         for (link, target) in links {
             kept.c_str(link);
