@@ -37,7 +37,9 @@ pub enum ConfinementStep {
     MapIdentity,
     /// Moving the worker into its cgroup.
     Cgroup,
-    /// Waiting for the process that created the namespaces.
+    /// Waiting for the process that created the namespaces, or, for the one that made them,
+    /// for the sandbox's init to start the worker: at most 20 s, then `ETIMEDOUT` (init was
+    /// stopped, most likely by a process of the worker's uid, and has been killed).
     Synchronise,
     /// Taking a copy of a path the worker is granted (`open_tree`).
     CopyPath,
