@@ -119,6 +119,13 @@ impl ChildPlan {
             .and_then(|_| crate::sys::AnchorStack::new().ok());
         // Read while this is still the host's `/proc`; init inherits the list with the stack.
         let host_memory = HostMemory::read();
+        // Made here, after the fork, so that no other process of the host (another spawn's
+        // keeper or init, a fork of the host) ever holds an end of it: init holds the write
+        // end until it has started the worker, and the keeper sees it hang up then (or when
+        // init ends), whatever else the host forked meanwhile.
+        let (started_read, started_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| ChildFailure::Step(ConfinementStep::Synchronise, e))?;
         // No child made from here (init, the child that makes it, the anchor's namespace
         // child) gets the host's memory, but for what the plan holds and the anchor runs on:
         // each copies, and tears down, only that, whatever the host's size. A plan too
@@ -130,9 +137,13 @@ impl ChildPlan {
         }
         host_memory.withhold_from_children_except(&mut kept);
         let pid = match self.create_init(anchor_stack)? {
-            Made::Init => return self.init(&host_memory),
+            Made::Init => {
+                drop(started_read);
+                return self.init(&host_memory, started_write);
+            }
             Made::Keeper { init } => init,
         };
+        drop(started_write);
         let go = self.go_write.take();
         // Init may not have run yet (a process of the worker's uid may have stopped it before
         // it armed its parent-death signal): a failure from here on ends it.
@@ -149,24 +160,23 @@ impl ChildPlan {
         self.status_write = None;
         let status = self.status_read.take();
         let fd = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
-        crate::sys::close_all_except(&[fd(&go), fd(&status), self.report.as_raw_fd()]);
-        // Where the kernel has no pidfds (before 5.3), the keeper waits for init unbounded.
-        let init_fd = rustix::process::Pid::from_raw(pid).and_then(|init| {
-            rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty()).ok()
-        });
-        if let (Some(go), Some(init_fd)) = (&go, &init_fd) {
-            if let Err(errno) = init_starts_the_worker_within(go, init_fd, INIT_SET_UP) {
-                // Stopped, most likely, by a process of the worker's uid: init would hold the
-                // spawn (it holds the descriptor that tells the host the child started) and
-                // stay stopped for as long as the host lives.
-                self.report(
-                    REPORT_ERROR,
-                    ConfinementStep::Synchronise.code(),
-                    errno.raw_os_error(),
-                );
-                end_child(pid);
-                crate::sys::exit_now(127);
-            }
+        crate::sys::close_all_except(&[
+            fd(&go),
+            fd(&status),
+            self.report.as_raw_fd(),
+            started_read.as_raw_fd(),
+        ]);
+        if let Err(errno) = init_starts_the_worker_within(&started_read, INIT_SET_UP) {
+            // Stopped, most likely, by a process of the worker's uid: init would hold the
+            // spawn (it holds the descriptor that tells the host the child started) and stay
+            // stopped for as long as the host lives.
+            self.report(
+                REPORT_ERROR,
+                ConfinementStep::Synchronise.code(),
+                errno.raw_os_error(),
+            );
+            end_child(pid);
+            crate::sys::exit_now(127);
         }
         crate::sys::close_all_except(&[fd(&go), fd(&status)]);
         // No core dump either way (`RLIMIT_CORE` is 0 since the keeper began): the keeper
@@ -385,7 +395,7 @@ impl ChildPlan {
     /// the namespace's init. An init that never execs keeps its parent-death signal whatever
     /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
     /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
-    fn init(&mut self, host_memory: &HostMemory) -> Result<(), ChildFailure> {
+    fn init(&mut self, host_memory: &HostMemory, started: OwnedFd) -> Result<(), ChildFailure> {
         use ConfinementStep::Synchronise;
         self.go_write = None;
         self.status_read = None;
@@ -459,6 +469,7 @@ impl ChildPlan {
         // closed in the worker with its `exec`), reap whatever is orphaned here, and end as
         // the worker ends.
         drop(go);
+        drop(started);
         let status = self.status_write.take();
         crate::sys::close_all_except(&[status.as_ref().map_or(-1, |f| f.as_raw_fd())]);
         // Only the wait below runs from here, on this stack: the host's memory goes.
@@ -558,21 +569,16 @@ const MAKER_WORD: std::time::Duration = std::time::Duration::from_secs(5);
 /// the keeper (30 s), so that the keeper, not the host, ends an init that never gets there.
 const INIT_SET_UP: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Waits until init has started the worker or ended (`init`, its pidfd, is readable then).
-/// Started, it has let go of `go` (the write end, held here): it closes its read end then,
-/// and the host its copy once its spawn has returned, which init's start lets it do; a pipe's
-/// write end reports an error once no read end is left. `TIMEDOUT` past `limit`.
+/// Waits until init has started the worker or ended: either way no write end of `started`
+/// (made by the keeper after its fork, held only by init by now) is left, and its read end
+/// hangs up. `TIMEDOUT` past `limit`.
 fn init_starts_the_worker_within(
-    go: &OwnedFd,
-    init: &OwnedFd,
+    started: &OwnedFd,
     limit: std::time::Duration,
 ) -> Result<(), Errno> {
     use rustix::event::{PollFd, PollFlags};
     poll_until(
-        &mut [
-            PollFd::new(go, PollFlags::empty()),
-            PollFd::new(init, PollFlags::IN),
-        ],
+        &mut [PollFd::new(started, PollFlags::IN)],
         std::time::Instant::now() + limit,
     )
 }
