@@ -8,13 +8,16 @@
 //!                  │  makes init there, beside the keeper: `create_init`)
 //!                  │ list the host's memory;      │ parent-death signal,   │ own session
 //!                  │   withhold it from children  │   wait for "go"        │ channel to fd 3
-//!                  │   but for the plan           │                        │
+//!                  │   but for the plan;          │                        │
+//!                  │   a "started" pipe           │                        │
 //!                  │ write uid/gid maps           │                        │
 //!                  │ oom_score_adj, "go"          │ copy granted paths     ▼ execve
 //!                  │ cgroup v2: move init in;     │   (open_tree)
 //!                  │   "joined"                   │
 //!                  │ report init's pid            │
-//!                  │ close every descriptor       │
+//!                  │ close every descriptor but   │
+//!                  │   "started"; wait ≤ 20 s for │
+//!                  │   init to close its end      │
 //!                  │ drop the host's memory       │
 //!                  │ wait; end as the worker did  │ become uid/gid (root host: nobody),
 //!                  ▼                              │   parent-death signal again
@@ -25,6 +28,7 @@
 //!                                                 │ rlimits, no capabilities
 //!                                                 │ no_new_privs, Landlock, seccomp
 //!                                                 │ start the worker, close everything
+//!                                                 │   ("started" with it)
 //!                                                 │ drop the plan's pages
 //!                                                 ▼ reap; report the worker's status; exit
 //! ```
