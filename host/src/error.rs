@@ -252,12 +252,44 @@ fn not_frames(code: ViolationCode) -> bool {
 
 /// Why `exec` failed, in the words of what to check.
 fn exec_hint(source: &std::io::Error) -> &'static str {
+    // The spawn's own descriptors (pipes, the channel) are opened here too: running out of
+    // them is this process's doing, not the program's.
+    match source.raw_os_error() {
+        Some(libc::EMFILE) => {
+            return " (this host process is out of file descriptors: raise its RLIMIT_NOFILE \
+                    or close some)"
+        }
+        Some(libc::ENFILE) => return " (the machine is out of file descriptors: fs.file-max)",
+        _ => {}
+    }
     match source.kind() {
         std::io::ErrorKind::NotFound => {
             " (check the path: a relative one is resolved against the host's working directory)"
         }
         std::io::ErrorKind::PermissionDenied => " (is it executable? chmod +x)",
         _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_error_says_what_to_check() {
+        let exec = |errno| SpawnError::Exec {
+            program: "/bin/worker".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert!(exec(libc::ENOENT).to_string().contains("check the path"));
+        assert!(exec(libc::EACCES).to_string().contains("chmod +x"));
+        let out_of_descriptors = exec(libc::EMFILE).to_string();
+        assert!(
+            out_of_descriptors.contains("this host process is out of file descriptors")
+                && out_of_descriptors.contains("RLIMIT_NOFILE"),
+            "{out_of_descriptors}"
+        );
+        assert!(exec(libc::ENFILE).to_string().contains("fs.file-max"));
     }
 }
 

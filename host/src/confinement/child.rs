@@ -290,6 +290,17 @@ impl ChildPlan {
         if !rustix::thread::capabilities(None).is_ok_and(|caps| caps.effective.contains(needed)) {
             return Ok(None);
         }
+        // The children made from here (and init) live in a namespace the worker's uid owns,
+        // so a process of that uid may signal them: undumpable, none of their memory or
+        // descriptors can be taken from them (`/proc/<pid>/mem`, `pidfd_getfd`). The change
+        // of effective uid below makes the keeper so where `fs.suid_dumpable` is 0, which the
+        // hand-over requires; this does not rest on that. (A root keeper still writes their
+        // maps and `oom_score_adj`.)
+        if rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+            .is_err()
+        {
+            return Ok(None);
+        }
         let (hold, release) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| (Synchronise, e))?;
         if act_as(owner).is_err() {
