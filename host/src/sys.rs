@@ -645,12 +645,6 @@ pub(crate) fn clone_into_namespaces(flags: i32) -> Result<i32, rustix::io::Errno
 pub(crate) struct AnchorStack(VforkStack);
 
 impl AnchorStack {
-    /// Adds the mapping to `kept`: the anchor runs on it after the keeper dropped the host's
-    /// memory.
-    pub(crate) fn footprint(&self, kept: &mut crate::confinement::Kept) {
-        self.0.footprint(kept);
-    }
-
     /// Maps it (no allocation: between fork and `exec`).
     pub(crate) fn new() -> Result<Self, rustix::io::Errno> {
         VforkStack::new()
@@ -738,7 +732,7 @@ impl std::fmt::Debug for WorkerExec {
 
 impl WorkerExec {
     /// Adds every buffer this value owns, and its stack, to `kept`: init reads them after the
-    /// keeper dropped the host's memory (see `ChildPlan::footprint`).
+    /// keeper withheld the host's memory from it (see `ChildPlan::footprint`).
     pub(crate) fn footprint(&self, kept: &mut crate::confinement::Kept) {
         let Self {
             program,

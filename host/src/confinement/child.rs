@@ -130,15 +130,12 @@ impl ChildPlan {
         let (started_read, started_write) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                 .map_err(|e| ChildFailure::Step(ConfinementStep::Synchronise, e))?;
-        // No child made from here (init, the child that makes it, the anchor's namespace
-        // child) gets the host's memory, but for what the plan holds and the anchor runs on:
-        // each copies, and tears down, only that, whatever the host's size. A plan too
-        // scattered to list is copied whole, as the host is.
+        // No child forked from here (init, and the child that makes it) gets the host's
+        // memory, but for the pages the plan lies on: each copies, and tears down, only
+        // those, whatever the host's size. (The anchor shares the keeper's memory as it is.)
+        // A plan too scattered to list is copied whole, as the host is.
         let mut kept = Kept::new();
         self.footprint(&mut kept);
-        if let Some(stack) = &anchor_stack {
-            stack.footprint(&mut kept);
-        }
         host_memory.withhold_from_children_except(&mut kept);
         let pid = match self.create_init(anchor_stack)? {
             Made::Init => {

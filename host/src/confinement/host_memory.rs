@@ -10,8 +10,8 @@
 //! [`HostMemory::read`] lists the private anonymous mappings (the heap, other threads' stacks,
 //! `mmap`ed buffers) from `/proc/self/maps` while the host's `/proc` is still mounted. Before
 //! the keeper makes any child, [`HostMemory::withhold_from_children_except`] marks them all
-//! `MADV_DONTFORK` but for the pages of [`Kept`]: the plan's own buffers and the stacks its
-//! children run on (`ChildPlan::footprint`). So init, and the child that makes it, never get
+//! `MADV_DONTFORK` but for the pages of [`Kept`]: the plan's own buffers and the stack init
+//! starts the worker on (`ChildPlan::footprint`). So init, and the child that makes it, never get
 //! the host's memory, and their forks copy and tear down only those pages, however large the
 //! host: the keeper's fork of the host is the spawn's one copy of it. Marking costs a few
 //! system calls per range, where unmapping would walk every page the keeper has. Both drop
