@@ -65,7 +65,7 @@ async fn an_init_stopped_before_it_starts_the_worker_is_ended_by_its_keeper() {
     let scratch = ScratchDir::new("stopped-init");
     let mut policy = Confinement::strict();
     for i in 0..200 {
-        let path = scratch.join(&format!("grant-{i}"));
+        let path = scratch.join(format!("grant-{i}"));
         std::fs::write(&path, b"granted").unwrap();
         policy = policy.read_only(path);
     }
