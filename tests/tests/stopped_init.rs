@@ -6,6 +6,7 @@
 //!
 //! Alone in its binary: it finds init among every descendant of this process.
 
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use airlock_host::{Confinement, ConfinementError, ConfinementStep, Host, SpawnError};
@@ -38,8 +39,10 @@ fn is_a_namespace_init(pid: u32) -> bool {
 }
 
 /// Stops the first init that appears among the children of this process's children (the
-/// keepers'), within `limit`; its pid.
-fn stop_the_next_init(limit: Duration) -> Option<u32> {
+/// keepers'), within `limit`: a pidfd of it, which names that process and no other once it
+/// has been reaped and its pid reused.
+fn stop_the_next_init(limit: Duration) -> Option<OwnedFd> {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
     let until = Instant::now() + limit;
     while Instant::now() < until {
         for keeper in children_of_this_process() {
@@ -47,15 +50,34 @@ fn stop_the_next_init(limit: Duration) -> Option<u32> {
                 std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))
                     .unwrap_or_default();
             for child in children.split_whitespace().filter_map(|p| p.parse().ok()) {
-                if is_a_namespace_init(child) {
-                    let pid = rustix::process::Pid::from_raw(child as i32)?;
-                    rustix::process::kill_process(pid, rustix::process::Signal::STOP).ok()?;
-                    return Some(child);
+                let Some(pidfd) =
+                    Pid::from_raw(child).and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok())
+                else {
+                    continue;
+                };
+                // Checked once the pidfd is held: the pid still names the process it opened.
+                if is_a_namespace_init(child as u32)
+                    && pidfd_send_signal(&pidfd, Signal::STOP).is_ok()
+                {
+                    return Some(pidfd);
                 }
             }
         }
     }
     None
+}
+
+/// Whether the process `pidfd` names has ended (a pidfd polls readable then).
+fn has_ended(pidfd: &OwnedFd) -> bool {
+    let mut fds = [rustix::event::PollFd::new(
+        pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&now)).is_ok_and(|ready| ready == 1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,8 +128,5 @@ async fn an_init_stopped_before_it_starts_the_worker_is_ended_by_its_keeper() {
     }
     assert!(left.is_empty(), "children of the host left: {left:?}");
     let init = stopped.unwrap();
-    assert!(
-        !std::path::Path::new(&format!("/proc/{init}")).exists(),
-        "the stopped init {init} is still there"
-    );
+    assert!(has_ended(&init), "the stopped init is still there");
 }
