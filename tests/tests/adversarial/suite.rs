@@ -181,7 +181,10 @@ impl RogueLog {
             writes: Vec::new(),
             received: Vec::new(),
         };
-        for line in text.lines() {
+        // The host may kill the rogue in the middle of a line (even of a two-byte write that
+        // spans a page of the file): only lines that were finished count.
+        let finished = text.rsplit_once('\n').map_or("", |(lines, _)| lines);
+        for line in finished.lines() {
             let (dir, digits) = line.split_at(2);
             let bytes = hex::decode(digits).expect("the rogue logs frames in hex");
             match dir {
