@@ -116,6 +116,46 @@ pub fn parent_of(pid: u32) -> u32 {
         .unwrap_or_else(|| panic!("no parent for {pid} in /proc"))
 }
 
+/// This process's children, of all its threads (a confined worker's keeper is the child of a
+/// spawner thread).
+pub fn children_of_this_process() -> Vec<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for this process to have no child left; the children still there.
+pub async fn children_left_after(limit: std::time::Duration) -> Vec<u32> {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let left = children_of_this_process();
+        if left.is_empty() || std::time::Instant::now() >= until {
+            return left;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether a spawn failed because the keeper gave up waiting for the sandbox's init to start
+/// the worker (`ConfinementStep::Synchronise`, timed out).
+pub fn the_keeper_gave_up_on_init<T>(spawned: &Result<T, airlock_host::SpawnError>) -> bool {
+    use airlock_host::{ConfinementError, ConfinementStep, SpawnError};
+    matches!(
+        spawned,
+        Err(SpawnError::Confinement(ConfinementError::Step {
+            step: ConfinementStep::Synchronise,
+            source,
+        })) if source.kind() == std::io::ErrorKind::TimedOut
+    )
+}
+
 /// Every process `/proc` lists now, by pid (as this process numbers them).
 pub fn all_pids() -> Vec<u32> {
     std::fs::read_dir("/proc")
