@@ -11,10 +11,10 @@
 //! `mmap`ed buffers) from `/proc/self/maps` while the host's `/proc` is still mounted. Before
 //! the keeper makes any child, [`HostMemory::withhold_from_children_except`] marks them all
 //! `MADV_DONTFORK` but for the pages of [`Kept`]: the plan's own buffers and the stack init
-//! starts the worker on (`ChildPlan::footprint`). So init, and the child that makes it, never get
-//! the host's memory, and their forks copy and tear down only those pages, however large the
-//! host: the keeper's fork of the host is the spawn's one copy of it. Marking costs a few
-//! system calls per range, where unmapping would walk every page the keeper has. Both drop
+//! starts the worker on (`ChildPlan::footprint`). So init, and the child that makes it,
+//! never get the host's memory, and their forks copy and tear down only those pages, however
+//! large the host: the keeper's fork of the host is the spawn's one copy of it. Marking costs
+//! a few system calls per range, where unmapping would walk every page the keeper has. Both drop
 //! the rest once their set-up is done and only their wait loop is left:
 //! [`HostMemory::drop_all`] unmaps every range listed (the keeper its copy of the host, init
 //! the plan's pages). What the loop still runs on stays: this thread's own
@@ -37,8 +37,8 @@
 //! The host's signal handlers are inherited too: each would run on the host's memory (tokio's
 //! reads its registry on the heap), which the keeper's children never have, so before the
 //! keeper makes one every handled signal becomes ignored, but `SIGCHLD`, which goes back to
-//! its default (init then resets all its own). A handled signal still changes nothing (the handler returned),
-//! and the keeper still ends as its worker did.
+//! its default (init then resets all its own). A handled signal still changes nothing (the
+//! handler returned), and the keeper still ends as its worker did.
 
 use std::os::fd::OwnedFd;
 
@@ -204,8 +204,9 @@ impl HostMemory {
 /// Spans kept at most: the plan's buffers, many of them on the same pages, which merge.
 const MAX_KEPT: usize = 512;
 
-/// The memory a forked copy of the host still reads once it has dropped the rest: whole
-/// pages, as `munmap` works on pages. A plain value on the stack, filled without allocating.
+/// The memory the keeper's children still read once the rest of the host's is withheld from
+/// them: whole pages, as `madvise` works on pages. A plain value on the stack, filled without
+/// allocating.
 pub(crate) struct Kept {
     spans: [(usize, usize); MAX_KEPT],
     len: usize,
