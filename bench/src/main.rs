@@ -235,13 +235,14 @@ fn value_after(args: &[String], flag: &str) -> Result<String, Error> {
 
 /// `calls N --worker PATH [--unconfined] [--socket] [--window W] [--threads T] [--body BYTES
 /// [--blob] [--raw-store]] [--spin MICROS] [--tokio-floor] [--tokio-multiplexed [--work NANOS]]
-/// [--session-only [--blocking] [--worker-session]]`:
+/// [--session-only [--blocking] [--worker-session]] [--raw] [--ipc]`:
 /// N small calls on one current-thread host (with `--socket`, over an inherited socket; with
 /// `--window`, W at a time on a 2-thread host; with
 /// `--threads`, on a host of T runtime threads, 0 for current-thread; with `--body`, echoes of
 /// that size, as a `ByteBuf` or with `--blob` a `Blob`, and with `--raw-store` each beside a
 /// raw store-and-forward echo of the same body, alternating (medians of both printed); with `--spin`, in the low-latency mode
 /// with that window). With no host at all:
+/// `--raw` and `--ipc`, N round trips of the pinned row's raw blocking pipe or ipc-channel;
 /// `--tokio-floor`, N round trips of the async floor (tokio and the raw echo peer);
 /// `--tokio-multiplexed`, N messages from W tasks (`--window`, default 256) on a runtime of
 /// `--threads` T (default 2) to the raw echo peer, each task busy for `--work` NANOS before
@@ -256,6 +257,17 @@ fn profile_calls(args: &[String]) -> Result<(), Error> {
     if args.iter().any(|a| a == "--tokio-floor") {
         let rt = links::runtime(0)?;
         let elapsed = links::TokioLink::echo(&rt)?.round_trips(&rt, n)?;
+        report_calls(n, elapsed);
+        return Ok(());
+    }
+    // `--raw` / `--ipc`: the pinned row's baselines alone, for a profile of the same length.
+    if args.iter().any(|a| a == "--raw") {
+        let elapsed = links::RawLink::echo(links::Raw::Pipe)?.round_trips(n)?;
+        report_calls(n, elapsed);
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--ipc") {
+        let elapsed = links::IpcLink::start()?.round_trips(n)?;
         report_calls(n, elapsed);
         return Ok(());
     }
