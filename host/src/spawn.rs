@@ -27,7 +27,7 @@ use crate::sys::{c_string, env_entry};
 
 use crate::config::{Settings, TransportChoice};
 use crate::confinement::{
-    ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Prepared,
+    ConfinementError, ConfinementMode, ConfinementReport, ConfinementStep, Prepared, Reports,
 };
 use crate::SpawnError;
 
@@ -466,7 +466,19 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
             return Err(SpawnError::Transport(err));
         }
     };
-    let (pid, pidfd, report) = match verified(&child, &prepared) {
+    // Every record is in the pipe by now: the keeper and init write theirs before the spawn
+    // can return (init before it starts the worker, or as it exits on a failure).
+    let reports = prepared.read_reports();
+    if let Some(errno) = reports.exec_failure {
+        // Init could not `exec` the worker's program, and exited: the keeper ends with it.
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        return Err(SpawnError::Exec {
+            program: settings.program.clone(),
+            source: std::io::Error::from_raw_os_error(errno),
+        });
+    }
+    let (pid, pidfd, report) = match verified(&child, &prepared, &reports) {
         Ok(found) => found,
         Err(err @ ConfinementError::Step { .. }) => {
             // The keeper ended init before it started the worker, and said why.
@@ -526,12 +538,17 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
 
 /// Why a confined spawn failed: the step the child reported, or the exec error.
 fn explain_failure(settings: &Settings, prepared: &Prepared, source: std::io::Error) -> SpawnError {
-    match prepared.read_reports().failure {
-        Some((step, errno)) => SpawnError::Confinement(ConfinementError::Step {
+    let reports = prepared.read_reports();
+    match (reports.failure, reports.exec_failure) {
+        (Some((step, errno)), _) => SpawnError::Confinement(ConfinementError::Step {
             step,
             source: std::io::Error::from_raw_os_error(errno),
         }),
-        None => SpawnError::Exec {
+        (None, Some(errno)) => SpawnError::Exec {
+            program: settings.program.clone(),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+        (None, None) => SpawnError::Exec {
             program: settings.program.clone(),
             source,
         },
@@ -543,6 +560,7 @@ fn explain_failure(settings: &Settings, prepared: &Prepared, source: std::io::Er
 fn verified(
     child: &WorkerChild,
     prepared: &Prepared,
+    reports: &Reports,
 ) -> Result<(u32, Option<OwnedFd>, ConfinementReport), ConfinementError> {
     let keeper = child.id().ok_or(ConfinementError::Verification {
         check: "pid",
@@ -555,7 +573,6 @@ fn verified(
         in_its_cgroup(prepared, keeper)?;
         return Ok((keeper, None, report));
     }
-    let reports = prepared.read_reports();
     if let Some((step, errno)) = reports.failure {
         return Err(ConfinementError::Step {
             step,

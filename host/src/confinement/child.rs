@@ -34,7 +34,10 @@
 //! ```
 //!
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
-//! failing step writes `(step, errno)` to the report pipe so the host can name it. The keeper
+//! failing step writes `(step, errno)` to the report pipe so the host can name it. Init, on a
+//! failure, reports it there (a failed `exec` of the worker's program too) and exits: it never
+//! returns into `std`'s code after the fork, which aborts where its own error pipe is gone
+//! with the host, and `abort` faults in a PID namespace's init (`ChildPlan::end_init`). The keeper
 //! is the one fork of the host: its children are given only the plan's pages
 //! (`host_memory`), so init never holds the host's memory and no later fork copies it. The
 //! keeper and init never `exec`: once only their wait is left, they unmap what they still hold
@@ -48,7 +51,7 @@ use rustix::io::Errno;
 
 use super::error::ConfinementStep;
 use super::host_memory::{HostMemory, Kept};
-use super::plan::{ChildPlan, REPORT_ERROR, REPORT_PID};
+use super::plan::{ChildPlan, REPORT_ERROR, REPORT_EXEC, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
 
@@ -96,6 +99,21 @@ impl ChildPlan {
         })
     }
 
+    /// Init's end when it could not start the worker: the failure goes to the report pipe and
+    /// init exits, never returning into `std`'s code after the fork. That code writes the
+    /// error to the spawn's exec pipe and aborts if the write fails, as it does once the host
+    /// is gone; a PID namespace's init ignores its own `SIGABRT`, so `abort` would end at its
+    /// last resort, a faulting instruction the kernel logs as a general protection trap.
+    fn end_init(&self, failure: ChildFailure) -> ! {
+        match failure {
+            ChildFailure::Step(step, errno) => {
+                self.report(REPORT_ERROR, step.code(), errno.raw_os_error());
+            }
+            ChildFailure::Exec(errno) => self.report(REPORT_EXEC, 0, errno.raw_os_error()),
+        }
+        crate::sys::exit_now(127)
+    }
+
     fn report(&self, kind: u8, step: u8, value: i32) {
         let v = value.to_le_bytes();
         let record = [kind, step, 0, 0, v[0], v[1], v[2], v[3]];
@@ -140,7 +158,8 @@ impl ChildPlan {
         let pid = match self.create_init(anchor_stack)? {
             Made::Init => {
                 drop(started_read);
-                return self.init(&host_memory, started_write);
+                let failure = self.init(&host_memory, started_write);
+                self.end_init(failure);
             }
             Made::Keeper { init } => init,
         };
@@ -407,7 +426,20 @@ impl ChildPlan {
     /// the namespace's init. An init that never execs keeps its parent-death signal whatever
     /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
     /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
-    fn init(&mut self, host_memory: &HostMemory, started: OwnedFd) -> Result<(), ChildFailure> {
+    /// Returns only on failure, which [`end_init`](Self::end_init) reports.
+    fn init(&mut self, host_memory: &HostMemory, started: OwnedFd) -> ChildFailure {
+        match self.init_steps(host_memory, started) {
+            Err(failure) => failure,
+            Ok(never) => match never {},
+        }
+    }
+
+    /// [`init`](Self::init)'s steps: `Ok` is never made, as init ends as the worker does.
+    fn init_steps(
+        &mut self,
+        host_memory: &HostMemory,
+        started: OwnedFd,
+    ) -> Result<std::convert::Infallible, ChildFailure> {
         use ConfinementStep::Synchronise;
         self.go_write = None;
         self.status_read = None;

@@ -43,7 +43,7 @@ pub use report::ConfinementReport;
 
 pub(crate) use cgroup::WorkerCgroup;
 pub(crate) use host_memory::Kept;
-pub(crate) use plan::{prepare, resolve_program, Prepared, SpawnInputs};
+pub(crate) use plan::{prepare, resolve_program, Prepared, Reports, SpawnInputs};
 pub(crate) use verify::{
     filters_of_this_thread, runs_the_hosts_filter, verify_spawned, verify_worker_filter,
 };

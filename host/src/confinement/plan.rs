@@ -23,6 +23,8 @@ use super::report::ConfinementReport;
 /// Report record kinds on the report pipe (8 bytes: kind, step, 2 zero bytes, i32 LE).
 pub(crate) const REPORT_PID: u8 = b'P';
 pub(crate) const REPORT_ERROR: u8 = b'E';
+/// Init could not `exec` the worker's program: the errno, as `std` reports a failed `exec`.
+pub(crate) const REPORT_EXEC: u8 = b'X';
 
 /// What the child runs with (moved into the `pre_exec` closure).
 pub(crate) struct ChildPlan {
@@ -370,6 +372,8 @@ fn landlock_grants(grants: &[Grant], _namespaces: bool) -> Vec<Grant> {
 pub(crate) struct Reports {
     pub(crate) worker_pid: Option<i32>,
     pub(crate) failure: Option<(ConfinementStep, i32)>,
+    /// The errno of the worker's failed `exec`, where init reported one.
+    pub(crate) exec_failure: Option<i32>,
 }
 
 impl Prepared {
@@ -386,6 +390,9 @@ impl Prepared {
                     if let Some(step) = ConfinementStep::from_code(record[1]) {
                         reports.failure.get_or_insert((step, value));
                     }
+                }
+                REPORT_EXEC => {
+                    reports.exec_failure.get_or_insert(value);
                 }
                 _ => {}
             }
