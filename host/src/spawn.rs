@@ -469,7 +469,8 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
     // Every record is in the pipe by now: the keeper and init write theirs before the spawn
     // can return (init before it starts the worker, or as it exits on a failure).
     let reports = prepared.read_reports();
-    if let Some(errno) = reports.exec_failure {
+    // A step's failure ranks first, as in `explain_failure`.
+    if let (None, Some(errno)) = (reports.failure, reports.exec_failure) {
         // Init could not `exec` the worker's program, and exited: the keeper ends with it.
         let _ = child.start_kill();
         let _ = child.wait().await;

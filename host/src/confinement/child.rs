@@ -35,7 +35,8 @@
 //!
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
 //! failing step writes `(step, errno)` to the report pipe so the host can name it. Init, on a
-//! failure, reports it there (a failed `exec` of the worker's program too) and exits: it never
+//! failure, reports it there (a failed `exec` of the worker's program too) and exits with
+//! [`INIT_SET_UP_FAILED`]: it never
 //! returns into `std`'s code after the fork, which aborts where its own error pipe is gone
 //! with the host, and `abort` faults in a PID namespace's init (`ChildPlan::end_init`). The keeper
 //! is the one fork of the host: its children are given only the plan's pages
@@ -54,6 +55,11 @@ use super::host_memory::{HostMemory, Kept};
 use super::plan::{ChildPlan, REPORT_ERROR, REPORT_EXEC, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
+
+/// Init's exit code when its set-up failed ([`ChildPlan::end_init`]): its own, apart from the
+/// 127 of a worker that died by a signal (which init reports as its own exit), as `env` and
+/// container runtimes keep 125 for their own failure.
+const INIT_SET_UP_FAILED: i32 = 125;
 
 /// Which process a clone in [`ChildPlan::create_init`] left running this code.
 enum Made {
@@ -104,14 +110,19 @@ impl ChildPlan {
     /// error to the spawn's exec pipe and aborts if the write fails, as it does once the host
     /// is gone; a PID namespace's init ignores its own `SIGABRT`, so `abort` would end at its
     /// last resort, a faulting instruction the kernel logs as a general protection trap.
-    fn end_init(&self, failure: ChildFailure) -> ! {
+    ///
+    /// Init still holds `started` here, and `exit` closes it with the spawn's exec pipe, in
+    /// one step no signal can come between: an init stopped before it exits is still the
+    /// keeper's to end, and so cannot hold the spawn.
+    fn end_init(&self, failure: ChildFailure, started: OwnedFd) -> ! {
         match failure {
             ChildFailure::Step(step, errno) => {
                 self.report(REPORT_ERROR, step.code(), errno.raw_os_error());
             }
             ChildFailure::Exec(errno) => self.report(REPORT_EXEC, 0, errno.raw_os_error()),
         }
-        crate::sys::exit_now(127)
+        std::mem::forget(started);
+        crate::sys::exit_now(INIT_SET_UP_FAILED)
     }
 
     fn report(&self, kind: u8, step: u8, value: i32) {
@@ -158,8 +169,8 @@ impl ChildPlan {
         let pid = match self.create_init(anchor_stack)? {
             Made::Init => {
                 drop(started_read);
-                let failure = self.init(&host_memory, started_write);
-                self.end_init(failure);
+                let failure = self.init(&host_memory, &started_write);
+                self.end_init(failure, started_write);
             }
             Made::Keeper { init } => init,
         };
@@ -427,7 +438,7 @@ impl ChildPlan {
     /// the worker does (a thread's `execve` would reset the worker's own); when it dies, the
     /// kernel kills everything in the namespace; and nothing in the namespace can signal it.
     /// Returns only on failure, which [`end_init`](Self::end_init) reports.
-    fn init(&mut self, host_memory: &HostMemory, started: OwnedFd) -> ChildFailure {
+    fn init(&mut self, host_memory: &HostMemory, started: &OwnedFd) -> ChildFailure {
         match self.init_steps(host_memory, started) {
             Err(failure) => failure,
             Ok(never) => match never {},
@@ -438,7 +449,7 @@ impl ChildPlan {
     fn init_steps(
         &mut self,
         host_memory: &HostMemory,
-        started: OwnedFd,
+        started: &OwnedFd,
     ) -> Result<std::convert::Infallible, ChildFailure> {
         use ConfinementStep::Synchronise;
         self.go_write = None;
@@ -513,9 +524,14 @@ impl ChildPlan {
         // closed in the worker with its `exec`), reap whatever is orphaned here, and end as
         // the worker ends.
         drop(go);
-        drop(started);
         let status = self.status_write.take();
-        crate::sys::close_all_except(&[status.as_ref().map_or(-1, |f| f.as_raw_fd())]);
+        let status_fd = status.as_ref().map_or(-1, |f| f.as_raw_fd());
+        // `started` last: once it hangs up the keeper no longer watches this process, so the
+        // spawn's exec pipe (`std`'s, its number unknown here) must be gone by then, or init
+        // stopped in between would hold the spawn. (The caller's `started` is never dropped:
+        // this process ends below, by `exit`.)
+        crate::sys::close_all_except(&[status_fd, started.as_raw_fd()]);
+        crate::sys::close_all_except(&[status_fd]);
         // Only the wait below runs from here, on this stack: the host's memory goes.
         host_memory.drop_all();
         loop {
