@@ -1011,6 +1011,14 @@ pub(crate) fn ignore_handled_signals() {
     }
 }
 
+/// Ignores `SIGPIPE` in this process, so that a write to a pipe whose reader is gone fails
+/// with `EPIPE` instead of ending it: for the keeper once its children exist (none of them
+/// inherits it), whose last reports may come after the host has stopped reading.
+pub(crate) fn ignore_sigpipe() {
+    // SAFETY: a plain system call on integers; `SIG_IGN` runs no code in this process.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// Ends this process by `signal` (its default action), as the process it mirrors ended; if
 /// the signal does not end it, exits with 128 + signal.
 pub(crate) fn die_by_signal(signal: i32) -> ! {

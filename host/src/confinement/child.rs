@@ -174,6 +174,10 @@ impl ChildPlan {
             }
             Made::Keeper { init } => init,
         };
+        // Init exists: from here a write to a pipe whose reader is gone (the report pipe once
+        // the host's spawn has returned, `go` once init has died) must fail, not kill the
+        // keeper before it has ended init.
+        crate::sys::ignore_sigpipe();
         drop(started_write);
         let go = self.go_write.take();
         // Init may not have run yet (a process of the worker's uid may have stopped it before
