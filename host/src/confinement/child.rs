@@ -56,9 +56,10 @@ use super::plan::{ChildPlan, REPORT_ERROR, REPORT_EXEC, REPORT_PID};
 
 type StepResult = Result<(), (ConfinementStep, Errno)>;
 
-/// Init's exit code when its set-up failed ([`ChildPlan::end_init`]): its own, apart from the
-/// 127 of a worker that died by a signal (which init reports as its own exit), as `env` and
-/// container runtimes keep 125 for their own failure.
+/// Init's exit code when its set-up failed ([`ChildPlan::end_init`]), and the keeper's when
+/// it ended an init that did not start the worker in time: a code of their own, apart from
+/// the 127 of a worker that died by a signal (which init reports as its own exit), as `env`
+/// and container runtimes keep 125 for their own failure.
 const INIT_SET_UP_FAILED: i32 = 125;
 
 /// Which process a clone in [`ChildPlan::create_init`] left running this code.
@@ -211,7 +212,9 @@ impl ChildPlan {
                 errno.raw_os_error(),
             );
             end_child(pid);
-            crate::sys::exit_now(127);
+            // Init's set-up never finished: its code, which the host sees as the worker's exit
+            // where the spawn had already returned.
+            crate::sys::exit_now(INIT_SET_UP_FAILED);
         }
         crate::sys::close_all_except(&[fd(&go), fd(&status)]);
         // No core dump either way (`RLIMIT_CORE` is 0 since the keeper began): the keeper
