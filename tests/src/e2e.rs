@@ -116,6 +116,43 @@ pub fn parent_of(pid: u32) -> u32 {
         .unwrap_or_else(|| panic!("no parent for {pid} in /proc"))
 }
 
+/// Removes the empty `airlock-*` cgroups made since `since` beside this process's own (where a
+/// host it started makes its workers'): those of hosts the test SIGKILLed, which could not.
+/// A host removes such leftovers only once they are a minute old. The kernel refuses to
+/// remove a cgroup that still holds a task, so no live worker's is touched.
+pub fn remove_cgroups_left_since(since: std::time::SystemTime) {
+    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return;
+    };
+    for line in own.lines() {
+        // `hierarchy:controllers:path`; v2 has no controllers and lives at the mount's root.
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let root = match controllers {
+            "" => "/sys/fs/cgroup".to_string(),
+            "memory" | "pids" => format!("/sys/fs/cgroup/{controllers}"),
+            _ => continue,
+        };
+        let Ok(entries) = std::fs::read_dir(format!("{root}{path}")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let ours = entry.file_name().to_string_lossy().starts_with("airlock-")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|made| made >= since);
+            if ours {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
 /// This process's children, of all its threads (a confined worker's keeper is the child of a
 /// spawner thread).
 pub fn children_of_this_process() -> Vec<u32> {

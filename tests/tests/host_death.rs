@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use airlock_host::Host;
 use airlock_test_support::ChildMode;
 use airlock_tests::e2e::{
-    call_pid, process_alive, rogue_host, stat_fields, worker_bin, ScratchDir,
+    call_pid, process_alive, remove_cgroups_left_since, rogue_host, stat_fields, worker_bin,
+    ScratchDir,
 };
 
 /// Names a scratch directory for the host process.
@@ -144,6 +145,7 @@ fn a_killed_host_process_takes_its_workers_with_it() {
         return;
     }
     let scratch = ScratchDir::new("host-death");
+    let began = std::time::SystemTime::now();
     let mut child = role
         .command()
         .env(HOST_SCRATCH, &*scratch)
@@ -211,6 +213,7 @@ fn a_killed_host_process_takes_its_workers_with_it() {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
+    remove_cgroups_left_since(began);
     assert!(
         survivors.is_empty(),
         "workers {survivors:?} of {workers:?} outlived their SIGKILLed host"

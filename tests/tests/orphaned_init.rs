@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use airlock_host::Host;
 use airlock_test_support::ChildMode;
-use airlock_tests::e2e::{children_of_this_process, worker_bin};
+use airlock_tests::e2e::{children_of_this_process, remove_cgroups_left_since, worker_bin};
 use rustix::process::{Pid, WaitOptions};
 
 /// Init's exit code when its set-up failed (`INIT_SET_UP_FAILED` in `airlock-host`).
@@ -120,6 +120,7 @@ fn an_init_orphaned_mid_spawn_ends_by_its_exit_or_its_parent_death_signal_never_
         return;
     }
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+    let began = std::time::SystemTime::now();
     let mut inits = 0;
     let mut inits_that_exited = 0;
     let mut trials: u32 = 0;
@@ -166,6 +167,7 @@ fn an_init_orphaned_mid_spawn_ends_by_its_exit_or_its_parent_death_signal_never_
             }
         }
     }
+    remove_cgroups_left_since(began);
     eprintln!(
         "orphaned_init: {trials} trials, {inits} inits orphaned, {inits_that_exited} failed their set-up"
     );
