@@ -169,7 +169,8 @@ fn an_init_orphaned_mid_spawn_ends_by_its_exit_or_its_parent_death_signal_never_
     }
     remove_cgroups_left_since(began);
     eprintln!(
-        "orphaned_init: {trials} trials, {inits} inits orphaned, {inits_that_exited} failed their set-up"
+        "orphaned_init: {trials} trials, {inits} inits orphaned, \
+         {inits_that_exited} failed their set-up"
     );
     // The situation arose: the kill left inits without their host, and (for a root host, where
     // it comes within a few dozen kills; an unprivileged host's init takes it about once in

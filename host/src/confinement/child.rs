@@ -36,15 +36,14 @@
 //! Only system calls run here, on memory prepared before the first fork (see `plan`); a
 //! failing step writes `(step, errno)` to the report pipe so the host can name it. Init, on a
 //! failure, reports it there (a failed `exec` of the worker's program too) and exits with
-//! [`INIT_SET_UP_FAILED`]: it never
-//! returns into `std`'s code after the fork, which aborts where its own error pipe is gone
-//! with the host, and `abort` faults in a PID namespace's init (`ChildPlan::end_init`). The keeper
-//! is the one fork of the host: its children are given only the plan's pages
-//! (`host_memory`), so init never holds the host's memory and no later fork copies it. The
-//! keeper and init never `exec`: once only their wait is left, they unmap what they still hold
-//! of it, which they would otherwise keep for the worker's whole life. The worker is not a
-//! fork: it shares init's memory until its own `exec` (`sys::exec_in_sandbox`, as
-//! `posix_spawn` does).
+//! [`INIT_SET_UP_FAILED`]: it never returns into `std`'s code after the fork, which aborts
+//! where its own error pipe is gone with the host, and `abort` faults in a PID namespace's
+//! init (`ChildPlan::end_init`). The keeper is the one fork of the host: its children are
+//! given only the plan's pages (`host_memory`), so init never holds the host's memory and no
+//! later fork copies it. The keeper and init never `exec`: once only their wait is left, they
+//! unmap what they still hold of it, which they would otherwise keep for the worker's whole
+//! life. The worker is not a fork: it shares init's memory until its own `exec`
+//! (`sys::exec_in_sandbox`, as `posix_spawn` does).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
