@@ -540,18 +540,16 @@ async fn spawn_once(settings: &Settings, namespaces: bool) -> Result<Spawned, Sp
 /// Why a confined spawn failed: the step the child reported, or the exec error.
 fn explain_failure(settings: &Settings, prepared: &Prepared, source: std::io::Error) -> SpawnError {
     let reports = prepared.read_reports();
-    match (reports.failure, reports.exec_failure) {
-        (Some((step, errno)), _) => SpawnError::Confinement(ConfinementError::Step {
+    match reports.failure {
+        Some((step, errno)) => SpawnError::Confinement(ConfinementError::Step {
             step,
             source: std::io::Error::from_raw_os_error(errno),
         }),
-        (None, Some(errno)) => SpawnError::Exec {
+        None => SpawnError::Exec {
             program: settings.program.clone(),
-            source: std::io::Error::from_raw_os_error(errno),
-        },
-        (None, None) => SpawnError::Exec {
-            program: settings.program.clone(),
-            source,
+            source: reports
+                .exec_failure
+                .map_or(source, std::io::Error::from_raw_os_error),
         },
     }
 }
