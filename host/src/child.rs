@@ -191,7 +191,7 @@ fn exit_status(status: &rustix::process::WaitIdStatus) -> ExitStatus {
 /// its stdout (on the pipe transport) and its stderr.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerStdio {
-    pub(crate) stdin: Option<pipe::Sender>,
+    pub(crate) stdin: Option<OwnedFd>,
     pub(crate) stdout: Option<pipe::Receiver>,
     /// The host's end of the worker's stderr pipe, read on a thread of its own.
     pub(crate) stderr: Option<std::os::fd::OwnedFd>,
@@ -204,7 +204,7 @@ impl WorkerStdio {
             stdin: child
                 .stdin
                 .take()
-                .map(|end| end.into_owned_fd().and_then(pipe::Sender::from_owned_fd))
+                .map(tokio::process::ChildStdin::into_owned_fd)
                 .transpose()?,
             stdout: child
                 .stdout

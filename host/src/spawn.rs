@@ -17,7 +17,7 @@ use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
 use airlock_protocol::TOKEN_LEN;
 use airlock_transport_pipe::StreamConfig;
 #[cfg(feature = "pipe")]
-use airlock_transport_pipe::StreamTransport;
+use airlock_transport_pipe::{PipeWriter, StreamTransport};
 use bytes::Bytes;
 use tokio::net::unix::pipe;
 use tokio::process::Command;
@@ -154,7 +154,7 @@ fn exec_image(
     let (stdin, stdout) = if wiring.piped {
         let (child_reads, host_writes) = cloexec_pipe()?;
         let (host_reads, child_writes) = cloexec_pipe()?;
-        host.stdin = Some(pipe::Sender::from_owned_fd(host_writes)?);
+        host.stdin = Some(host_writes);
         host.stdout = Some(pipe::Receiver::from_owned_fd(host_reads)?);
         (child_reads, child_writes)
     } else {
@@ -714,6 +714,7 @@ async fn connect(
             let size = pipe_buffer_size();
             enlarge_pipe(&stdin, size);
             enlarge_pipe(&stdout, size);
+            let stdin = PipeWriter::new(stdin).map_err(SpawnError::Transport)?;
             let transport = StreamTransport::new(stdout, stdin, stream_config(settings));
             Ok(Connected::new(reading_directly(transport)))
         }

@@ -33,16 +33,20 @@
 #![deny(missing_docs)]
 
 mod pipe_reader;
+mod pipe_writer;
 mod read_window;
 mod stream;
 mod worker_stdio;
+mod write_direct;
 
 pub use pipe_reader::{kernel_honours_nowait_on_pipes, PipeReader};
+pub use pipe_writer::PipeWriter;
 pub use read_window::ReadWindow;
 pub use stream::{
     StreamConfig, StreamReceiver, StreamSender, StreamTransport, DEFAULT_SEND_TIMEOUT, READ_CHUNK,
 };
 pub use worker_stdio::{take_worker_stdio, WorkerPipe};
+pub use write_direct::WriteDirect;
 
 /// The host's end of the pipe transport: the child's stdout (frames from the worker) and
 /// stdin (frames to it).

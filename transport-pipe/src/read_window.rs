@@ -40,7 +40,7 @@ impl ReadWindow {
     /// runtime with I/O enabled.
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
         Ok(Self {
-            fd: register(fd)?,
+            fd: register(fd, Interest::READABLE)?,
             window: MIN_WINDOW,
         })
     }
@@ -87,13 +87,13 @@ impl ReadWindow {
     }
 }
 
-/// Registers `fd` with the runtime's event loop for readability.
+/// Registers `fd` with the runtime's event loop for `interest` only.
 ///
 /// tokio 1.54 deprecated the safe `AsyncFd::with_interest` in favour of an `unsafe` one,
 /// because a generic `T` could hand out a different or closed descriptor from `as_raw_fd`
 /// while registered. `OwnedFd` cannot: it owns the descriptor, keeps it open until dropped,
-/// and always returns the same number; and this type only ever reads it through `get_ref`.
+/// and always returns the same number; and this crate only ever reads it through `get_ref`.
 #[allow(deprecated)]
-fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
-    AsyncFd::with_interest(fd, Interest::READABLE)
+pub(crate) fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    AsyncFd::with_interest(fd, interest)
 }

@@ -10,15 +10,14 @@ use std::io;
 use std::os::fd::AsFd;
 
 use rustix::io::fcntl_dupfd_cloexec;
-use tokio::net::unix::pipe;
 
-use crate::{PipeReader, StreamConfig, StreamTransport};
+use crate::{PipeReader, PipeWriter, StreamConfig, StreamTransport};
 
 /// The lowest descriptor number the private channel copies may take (0–2 are the stdio).
 const FIRST_PRIVATE_FD: i32 = 3;
 
 /// The pipe transport a worker speaks on, taken over from its stdin and stdout.
-pub type WorkerPipe = StreamTransport<PipeReader, pipe::Sender>;
+pub type WorkerPipe = StreamTransport<PipeReader, PipeWriter>;
 
 /// Takes the protocol channel over from stdin/stdout and relocates the stdio descriptors (see
 /// the module docs). Call once, early, before any handler runs and before anything else could
@@ -35,6 +34,6 @@ pub fn take_worker_stdio(config: StreamConfig) -> io::Result<WorkerPipe> {
     let null = File::open("/dev/null")?;
     rustix::stdio::dup2_stdin(null.as_fd())?;
     let receiver = PipeReader::new(channel_in)?;
-    let sender = pipe::Sender::from_owned_fd(channel_out)?;
+    let sender = PipeWriter::new(channel_out)?;
     Ok(StreamTransport::new(receiver, sender, config))
 }

@@ -25,13 +25,12 @@
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use airlock_transport_pipe::ReadWindow;
+use airlock_transport_pipe::{ReadWindow, WriteDirect};
 use rustix::io::{fcntl_dupfd_cloexec, ioctl_fionbio, Errno};
 use rustix::net::{recv, sendmsg, shutdown, RecvFlags, SendAncillaryBuffer, SendFlags, Shutdown};
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Splits a connected stream socket we own into its two halves. The write half gets its own
 /// descriptor (a duplicate), so the two register with the event loop independently. Must be
@@ -43,23 +42,10 @@ pub(crate) fn split_socket(fd: OwnedFd) -> io::Result<(SocketReader, SocketWrite
         read: ReadWindow::new(fd)?,
     };
     let writer = SocketWriter {
-        state: WriteState::Idle(write_fd),
+        write: WriteDirect::new(write_fd),
         shut_down: false,
     };
     Ok((reader, writer))
-}
-
-/// Registers `fd` with the runtime's event loop for `interest` only.
-///
-/// tokio 1.54 deprecated the safe `AsyncFd::with_interest` in favour of an `unsafe` one,
-/// because a generic `T` could hand out a different or closed descriptor from `as_raw_fd`
-/// while registered. `OwnedFd` cannot: it owns the descriptor, keeps it open until dropped,
-/// and always returns the same number; and this crate only ever reads it through `get_ref`.
-/// So the contract holds by construction, and the crate keeps its single `unsafe` block in
-/// `adopt`.
-#[allow(deprecated)]
-fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
-    AsyncFd::with_interest(fd, interest)
 }
 
 /// The read half of a socket transport: registered with the event loop for readability only,
@@ -101,39 +87,21 @@ fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
 }
 
 /// The write half of a socket transport. Writes go straight to the socket; the half joins the
-/// event loop only when the socket buffer is full, and leaves it once a write fits whole (a
-/// partial write means a bulk transfer is under way, so it stays). Dropping it (or `shutdown`)
-/// ends the write direction: the peer sees end of stream.
+/// event loop only when the socket buffer is full, and leaves it once a write fits whole
+/// ([`WriteDirect`]). Dropping it (or `shutdown`) ends the write direction: the peer sees end
+/// of stream.
 #[derive(Debug)]
 pub struct SocketWriter {
-    state: WriteState,
+    write: WriteDirect,
     shut_down: bool,
 }
 
-#[derive(Debug)]
-enum WriteState {
-    /// Not registered: writes are attempted directly.
-    Idle(OwnedFd),
-    /// The buffer was full: registered for writability until a write succeeds.
-    Waiting(AsyncFd<OwnedFd>),
-    /// Transiently, while moving between the two (or after registration failed).
-    Broken,
-}
-
-impl SocketWriter {
-    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        match &self.state {
-            WriteState::Idle(fd) => Some(fd.as_fd()),
-            WriteState::Waiting(afd) => Some(afd.get_ref().as_fd()),
-            WriteState::Broken => None,
-        }
-    }
-}
-
-fn send_slices(fd: impl AsFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+/// One `sendmsg` of `bufs` with `MSG_NOSIGNAL` and no control messages; the socket is
+/// non-blocking, so a full one fails with `EAGAIN`.
+fn send_slices(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     loop {
         match sendmsg(
-            &fd,
+            fd,
             bufs,
             &mut SendAncillaryBuffer::default(),
             SendFlags::NOSIGNAL,
@@ -158,47 +126,11 @@ impl AsyncWrite for SocketWriter {
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        loop {
-            match &mut this.state {
-                WriteState::Idle(fd) => match send_slices(&*fd, bufs) {
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                        let WriteState::Idle(fd) =
-                            std::mem::replace(&mut this.state, WriteState::Broken)
-                        else {
-                            return Poll::Ready(Err(broken()));
-                        };
-                        this.state = WriteState::Waiting(register(fd, Interest::WRITABLE)?);
-                    }
-                    result => return Poll::Ready(result),
-                },
-                WriteState::Waiting(afd) => {
-                    let mut guard = ready!(afd.poll_write_ready(cx))?;
-                    let Ok(result) = guard.try_io(|fd| send_slices(fd.get_ref(), bufs)) else {
-                        continue; // still full; readiness cleared
-                    };
-                    // A partial write means the buffer filled again: a bulk transfer is under
-                    // way, so stay registered rather than re-registering for every buffer-full.
-                    let requested: usize = bufs.iter().map(|b| b.len()).sum();
-                    if matches!(result, Ok(written) if written < requested) {
-                        return Poll::Ready(result);
-                    }
-                    // Everything fit (or a real error): leave the event loop.
-                    let WriteState::Waiting(afd) =
-                        std::mem::replace(&mut this.state, WriteState::Broken)
-                    else {
-                        return Poll::Ready(Err(broken()));
-                    };
-                    this.state = WriteState::Idle(afd.into_inner());
-                    return Poll::Ready(result);
-                }
-                WriteState::Broken => return Poll::Ready(Err(broken())),
-            }
-        }
+        self.get_mut().write.poll_write_with(cx, bufs, send_slices)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -210,7 +142,7 @@ impl AsyncWrite for SocketWriter {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let fd = self.fd().ok_or_else(broken)?;
+        let fd = self.write.fd().ok_or_else(broken)?;
         let result = match shutdown(fd, Shutdown::Write) {
             Ok(()) | Err(Errno::NOTCONN) => Ok(()),
             Err(err) => Err(err.into()),
@@ -225,7 +157,7 @@ impl Drop for SocketWriter {
         // The read half holds the socket open, so closing our descriptor alone would not end
         // the stream: shut the write direction down explicitly, as a dropped writer should.
         if !self.shut_down {
-            if let Some(fd) = self.fd() {
+            if let Some(fd) = self.write.fd() {
                 let _ = shutdown(fd, Shutdown::Write);
             }
         }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_transport_pipe::{PipeReader, StreamConfig, StreamTransport, WorkerPipe};
+use airlock_transport_pipe::{PipeReader, PipeWriter, StreamConfig, StreamTransport, WorkerPipe};
 use airlock_transport_socket::{
     inherited_pair, NamedConfig, NamedListener, PeerExpectation, SocketTransport,
 };
@@ -27,7 +27,9 @@ impl Fixture for PipeFixture {
         let (from_peer, to_transport) = rustix::pipe::pipe().expect("pipe");
         let to_transport = pipe::Sender::from_owned_fd(to_transport).expect("register");
         let from_peer = PipeReader::new(from_peer).expect("register");
-        let (to_peer, from_transport) = pipe::pipe().expect("pipe");
+        let (from_transport, to_peer) = rustix::pipe::pipe().expect("pipe");
+        let from_transport = pipe::Receiver::from_owned_fd(from_transport).expect("register");
+        let to_peer = PipeWriter::new(to_peer).expect("a pipe");
         let transport = StreamTransport::new(from_peer, to_peer, config)
             .with_blocking_read()
             .expect("blocking read");

@@ -1,0 +1,87 @@
+//! The write end of a channel pipe, on either side: frames are written with one `writev`
+//! each, straight away, and the runtime is asked for room only when the pipe is full
+//! ([`WriteDirect`]).
+//!
+//! tokio's own pipe sender checks and clears the descriptor's readiness around every write;
+//! a small call's frame then costs the caller that bookkeeping on top of the system call.
+//! Here a write the pipe takes at once is the system call alone.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rustix::fs::{fstat, FileType};
+use rustix::io::{ioctl_fionbio, writev, Errno};
+use tokio::io::AsyncWrite;
+
+use crate::WriteDirect;
+
+/// The write end of a pipe (see the module docs). Dropping it closes the descriptor, which
+/// the reader sees as the end of the stream.
+#[derive(Debug)]
+pub struct PipeWriter {
+    write: WriteDirect,
+}
+
+impl PipeWriter {
+    /// Writes `fd`, the write end of a pipe, made non-blocking. A write that has to wait for
+    /// room registers it with the current runtime then, so it must be polled inside a tokio
+    /// runtime with I/O enabled. Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a
+    /// pipe.
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+        if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::Fifo {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the channel's write end is not a pipe",
+            ));
+        }
+        ioctl_fionbio(&fd, true)?;
+        Ok(Self {
+            write: WriteDirect::new(fd),
+        })
+    }
+}
+
+/// One `writev` of `bufs`; the pipe is non-blocking, so a full one fails with `EAGAIN`. A
+/// reader that is gone is an `EPIPE` error (the process ignores `SIGPIPE`, as Rust programs
+/// do from their start).
+fn writev_now(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    loop {
+        match writev(fd, bufs) {
+            Err(Errno::INTR) => continue,
+            other => return Ok(other?),
+        }
+    }
+}
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().write.poll_write_with(cx, bufs, writev_now)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Nothing to do: a pipe has no half-close; dropping the writer ends the stream.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
