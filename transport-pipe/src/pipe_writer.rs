@@ -4,7 +4,10 @@
 //!
 //! tokio's own pipe sender checks and clears the descriptor's readiness around every write;
 //! a small call's frame then costs the caller that bookkeeping on top of the system call.
-//! Here a write the pipe takes at once is the system call alone.
+//! Here a write the pipe takes at once is the system call alone. The descriptor is registered
+//! with the runtime once, when the writer is made, as tokio's sender does
+//! ([`WriteDirect::registered`]): a pipe signals room only when it was full, so the
+//! registration never wakes the runtime for nothing.
 
 use std::io::{self, IoSlice};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -25,10 +28,9 @@ pub struct PipeWriter {
 }
 
 impl PipeWriter {
-    /// Writes `fd`, the write end of a pipe, made non-blocking. A write that has to wait for
-    /// room registers it with the current runtime then, so it must be polled inside a tokio
-    /// runtime with I/O enabled. Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a
-    /// pipe.
+    /// Writes `fd`, the write end of a pipe, made non-blocking and registered with the current
+    /// runtime's event loop for writability. Must be called inside a tokio runtime with I/O
+    /// enabled. Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a pipe.
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
         if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::Fifo {
             return Err(io::Error::new(
@@ -38,7 +40,7 @@ impl PipeWriter {
         }
         ioctl_fionbio(&fd, true)?;
         Ok(Self {
-            write: WriteDirect::new(fd),
+            write: WriteDirect::registered(fd)?,
         })
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn split_socket(fd: OwnedFd) -> io::Result<(SocketReader, SocketWrite
         read: ReadWindow::new(fd)?,
     };
     let writer = SocketWriter {
-        write: WriteDirect::new(write_fd),
+        write: WriteDirect::while_full(write_fd),
         shut_down: false,
     };
     Ok((reader, writer))
@@ -88,8 +88,9 @@ fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
 
 /// The write half of a socket transport. Writes go straight to the socket; the half joins the
 /// event loop only when the socket buffer is full, and leaves it once a write fits whole
-/// ([`WriteDirect`]). Dropping it (or `shutdown`) ends the write direction: the peer sees end
-/// of stream.
+/// ([`WriteDirect::while_full`]; in a process forked from the one that made it, a write that
+/// finds the buffer full fails instead). Dropping it (or `shutdown`) ends the write direction:
+/// the peer sees end of stream.
 #[derive(Debug)]
 pub struct SocketWriter {
     write: WriteDirect,
