@@ -17,9 +17,13 @@
 //! - [`WriteDirect::while_full`]: only while the buffer is full, and let go once a write is
 //!   taken whole (a Unix socket, which signals room each time its peer reads: a writer
 //!   registered all the time would wake its runtime for nothing once per frame the peer reads).
-//!   A process forked after such a writer was made does not register it (nor let it go): a
-//!   registration made there would hand the parent's event loop events for memory only the
-//!   child has. Its write that has to wait fails instead.
+//!   A process forked after such a writer was made does not register it, nor let go of a
+//!   registration it inherited: a registration made there would hand the parent's event loop
+//!   events for memory only the child has. Its write that has to wait fails instead. The
+//!   process is told apart by its pid, so a child forked into a new PID namespace by a
+//!   process that is PID 1 of its own is not (SECURITY.md). Dropping the writer in a forked
+//!   child still removes the registration from the event loop the two share, as dropping any
+//!   of the runtime's descriptors there does.
 //!
 //! [`PipeWriter`]: crate::PipeWriter
 
