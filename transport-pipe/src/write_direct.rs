@@ -8,22 +8,20 @@
 //! go straight to the descriptor again once one is taken whole. While writes come back partial
 //! (a bulk transfer is under way) it keeps asking the event loop first.
 //!
-//! When the descriptor joins the event loop is the caller's choice:
-//! - [`WriteDirect::registered`]: at once, for the writer's whole life (a pipe). Nothing is
-//!   registered later, so a process forked from this one never adds a registration to the
-//!   event loop it shares with its parent (its runtime's `epoll` instance, a copy of the same
-//!   file), and a writer never needs a watch it could be refused once it runs (a sibling of
-//!   the same uid may have used them all up, SECURITY.md).
-//! - [`WriteDirect::while_full`]: only while the buffer is full, and let go once a write is
-//!   taken whole (a Unix socket, which signals room each time its peer reads: a writer
-//!   registered all the time would wake its runtime for nothing once per frame the peer reads).
-//!   A process forked after such a writer was made does not register it, nor let go of a
-//!   registration it inherited: a registration made there would hand the parent's event loop
-//!   events for memory only the child has. Its write that has to wait fails instead. The
-//!   process is told apart by its pid, so a child forked into a new PID namespace by a
-//!   process that is PID 1 of its own is not (SECURITY.md). Dropping the writer in a forked
-//!   child still removes the registration from the event loop the two share, as dropping any
-//!   of the runtime's descriptors there does.
+//! Everything the writer registers with the runtime's event loop (its `epoll` instance) is
+//! registered when the writer is made, for its whole life, and nothing later. A process forked
+//! from this one shares that instance; a registration it made there would hand the parent's
+//! runtime events that point into the child's memory. And a registration made later could be
+//! refused once a sibling of the same uid has used up the uid's watches (SECURITY.md). How the
+//! writer learns there is room is the caller's choice:
+//! - [`WriteDirect::registered`]: the descriptor itself is registered for writability (a pipe,
+//!   which signals room only when it was full).
+//! - [`WriteDirect::armed_while_full`]: the descriptor sits in an `epoll` instance of the
+//!   writer's own, which is what the runtime watches, and the writer asks that instance for
+//!   room only while the buffer is full (a Unix socket, which signals room each time its peer
+//!   reads: watched all the time, it would wake its runtime for nothing once per frame the peer
+//!   reads). The writer's instance names the descriptor by a number, not by an address, so a
+//!   forked child that arms or drains it touches no memory of the parent's.
 //!
 //! [`PipeWriter`]: crate::PipeWriter
 
@@ -31,7 +29,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::task::{ready, Context, Poll};
 
-use rustix::process::{getpid, Pid};
+use rustix::event::epoll;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -41,22 +39,26 @@ use crate::read_window::register;
 /// has none (see the module docs).
 #[derive(Debug)]
 pub struct WriteDirect {
-    state: WriteState,
-    /// For a writer registered only while full: the process that made it, the only one that
-    /// may register or let go of it.
-    while_full_in: Option<Pid>,
+    watch: Watch,
+    /// The last write found no room (or only some): the next waits for the word that there is.
+    full: bool,
 }
 
 #[derive(Debug)]
-enum WriteState {
-    /// Not registered: writes are made directly.
-    Idle(OwnedFd),
-    /// Registered: writes are made directly while the buffer has room (`full` false), and
-    /// only once the event loop says there is room otherwise.
-    Registered { fd: AsyncFd<OwnedFd>, full: bool },
-    /// Transiently, while moving between the two (or after registration failed).
-    Broken,
+enum Watch {
+    /// The descriptor itself, registered with the runtime for writability.
+    Registered(AsyncFd<OwnedFd>),
+    /// The descriptor in an `epoll` instance of the writer's own, registered with the runtime
+    /// for readability; `armed` while that instance watches the descriptor for room.
+    Armed {
+        fd: OwnedFd,
+        own: AsyncFd<OwnedFd>,
+        armed: bool,
+    },
 }
+
+/// What the writer's own `epoll` instance calls its one descriptor.
+const WATCHED: epoll::EventData = epoll::EventData::new_u64(1);
 
 impl WriteDirect {
     /// Writes `fd` (non-blocking), registered with the current runtime's event loop for
@@ -64,122 +66,116 @@ impl WriteDirect {
     /// enabled.
     pub fn registered(fd: OwnedFd) -> io::Result<Self> {
         Ok(Self {
-            state: WriteState::Registered {
-                fd: register(fd, Interest::WRITABLE)?,
-                full: false,
-            },
-            while_full_in: None,
+            watch: Watch::Registered(register(fd, Interest::WRITABLE)?),
+            full: false,
         })
     }
 
-    /// Writes `fd` (non-blocking), registered with the runtime's event loop only while the OS
-    /// has no room, by the process that made it (see the module docs). May be made outside a
-    /// runtime; a write that has to wait must be polled inside one with I/O enabled.
-    pub fn while_full(fd: OwnedFd) -> Self {
-        Self {
-            state: WriteState::Idle(fd),
-            while_full_in: Some(getpid()),
-        }
+    /// Writes `fd` (non-blocking), watched for room by an `epoll` instance of the writer's
+    /// own, only while the OS has none; that instance is registered with the current runtime's
+    /// event loop now, for the writer's whole life (see the module docs). Must be called inside
+    /// a tokio runtime with I/O enabled.
+    pub fn armed_while_full(fd: OwnedFd) -> io::Result<Self> {
+        let own = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        // Unarmed: only an error or a hang-up, once each (edge-triggered), reaches the runtime.
+        epoll::add(&own, &fd, WATCHED, epoll::EventFlags::ET)?;
+        Ok(Self {
+            watch: Watch::Armed {
+                fd,
+                own: register(own, Interest::READABLE)?,
+                armed: false,
+            },
+            full: false,
+        })
     }
 
-    /// The descriptor; `None` only after registering it with the event loop failed.
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        match &self.state {
-            WriteState::Idle(fd) => Some(fd.as_fd()),
-            WriteState::Registered { fd, .. } => Some(fd.get_ref().as_fd()),
-            WriteState::Broken => None,
+    /// The descriptor written.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        match &self.watch {
+            Watch::Registered(fd) => fd.get_ref().as_fd(),
+            Watch::Armed { fd, .. } => fd.as_fd(),
         }
-    }
-
-    /// Whether this process may register or let go of the descriptor: it is registered for
-    /// life, or this is the process that made it.
-    fn may_change_registration(&self) -> bool {
-        self.while_full_in.is_none_or(|maker| maker == getpid())
     }
 
     /// Writes `bufs` with `write_now`: one write that fails with `EAGAIN` (`WouldBlock`)
     /// rather than wait, retried on `EINTR` by the caller's function. `Pending` (with `cx`
-    /// registered for the wake-up) while the OS has no room; an error once the descriptor
-    /// could not be registered, or where this process may not register it.
+    /// registered for the wake-up) while the OS has no room.
     pub fn poll_write_with(
         &mut self,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
         write_now: impl Fn(BorrowedFd<'_>, &[IoSlice<'_>]) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
+        if !self.full {
+            match write_now(self.fd(), bufs) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.full = true,
+                result => return Poll::Ready(result),
+            }
+        }
+        let requested: usize = bufs.iter().map(|b| b.len()).sum();
+        // A partial write means the buffer filled again: a bulk transfer is under way, so the
+        // next write asks the event loop first.
+        let taken_whole = |result: &io::Result<usize>| !matches!(result, Ok(n) if *n < requested);
         loop {
-            match &mut self.state {
-                WriteState::Idle(fd) => match write_now(fd.as_fd(), bufs) {
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                        if !self.may_change_registration() {
-                            return Poll::Ready(Err(forked()));
-                        }
-                        let WriteState::Idle(fd) =
-                            std::mem::replace(&mut self.state, WriteState::Broken)
-                        else {
-                            return Poll::Ready(Err(lost()));
-                        };
-                        self.state = WriteState::Registered {
-                            fd: register(fd, Interest::WRITABLE)?,
-                            full: true,
-                        };
-                    }
-                    result => return Poll::Ready(result),
-                },
-                WriteState::Registered { fd, full } if !*full => {
-                    match write_now(fd.get_ref().as_fd(), bufs) {
-                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => *full = true,
-                        result => return Poll::Ready(result),
-                    }
-                }
-                WriteState::Registered { fd, .. } => {
-                    let mut guard = ready!(fd.poll_write_ready(cx))?;
+            match &mut self.watch {
+                Watch::Registered(registered) => {
+                    let mut guard = ready!(registered.poll_write_ready(cx))?;
                     let Ok(result) = guard.try_io(|fd| write_now(fd.get_ref().as_fd(), bufs))
                     else {
                         continue; // still full; readiness cleared
                     };
-                    // A partial write means the buffer filled again: a bulk transfer is under
-                    // way, so the next write asks the event loop first.
-                    let requested: usize = bufs.iter().map(|b| b.len()).sum();
-                    if matches!(result, Ok(written) if written < requested) {
-                        return Poll::Ready(result);
-                    }
-                    // Taken whole (or a real error): writes go straight to the descriptor
-                    // again, and a writer registered only while full leaves the event loop.
-                    self.room_again();
+                    self.full = !taken_whole(&result);
                     return Poll::Ready(result);
                 }
-                WriteState::Broken => return Poll::Ready(Err(lost())),
+                Watch::Armed { fd, own, armed } => {
+                    if *armed {
+                        let mut guard = ready!(own.poll_read_ready(cx))?;
+                        // Its events taken, it is readable again only once more room comes
+                        // (an event left there would make the next wait go round once more).
+                        drain(own.get_ref())?;
+                        guard.clear_ready();
+                    } else {
+                        // Room that came since the write that found none is there at once: the
+                        // kernel looks at the descriptor as it arms the watch. The write is
+                        // tried again below before anything waits.
+                        let room = epoll::EventFlags::OUT | epoll::EventFlags::ET;
+                        epoll::modify(own.get_ref(), &*fd, WATCHED, room)?;
+                        *armed = true;
+                    }
+                    let result = match write_now(fd.as_fd(), bufs) {
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                        result => result,
+                    };
+                    if taken_whole(&result) {
+                        self.full = false;
+                        // Disarmed, the peer's reads no longer reach the runtime. Should that
+                        // fail, the watch stays armed: wake-ups for nothing, never a lost one.
+                        let quiet = epoll::EventFlags::ET;
+                        if epoll::modify(own.get_ref(), &*fd, WATCHED, quiet).is_ok() {
+                            *armed = false;
+                        }
+                    }
+                    return Poll::Ready(result);
+                }
             }
         }
     }
+}
 
-    /// A write was taken whole: the next is made directly.
-    fn room_again(&mut self) {
-        if self.while_full_in.is_none() || !self.may_change_registration() {
-            if let WriteState::Registered { full, .. } = &mut self.state {
-                *full = false;
-            }
-            return;
+/// Takes whatever events the writer's own instance holds, without waiting.
+fn drain(own: &OwnedFd) -> io::Result<()> {
+    let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 4];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        match epoll::wait(own, &mut events, Some(&now)) {
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(err) => return Err(err.into()),
         }
-        let WriteState::Registered { fd, .. } =
-            std::mem::replace(&mut self.state, WriteState::Broken)
-        else {
-            return;
-        };
-        self.state = WriteState::Idle(fd.into_inner());
     }
-}
-
-fn lost() -> io::Error {
-    io::Error::other("the writer lost its descriptor: registering it with the runtime failed")
-}
-
-fn forked() -> io::Error {
-    io::Error::other(
-        "this writer can wait for room only in the process that made it: a process forked \
-         from it shares its runtime's event loop, where it must not register the descriptor",
-    )
 }
 
 #[cfg(test)]
@@ -204,6 +200,7 @@ mod tests {
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_io()
+            .enable_time()
             .build()
             .unwrap()
     }
@@ -229,80 +226,88 @@ mod tests {
             reader
         });
         let chunk = [7u8; 4096];
-        let wrote = poll_fn(|cx| write_now(writer, cx, &chunk)).await.unwrap();
+        let wrote = poll_fn(|cx| write_now(writer, cx, &chunk));
+        let wrote = tokio::time::timeout(std::time::Duration::from_secs(10), wrote)
+            .await
+            .expect("the room the reader made never woke the writer")
+            .unwrap();
         assert_eq!(wrote, chunk.len());
         drained.join().unwrap();
     }
 
-    #[test]
-    fn a_writer_registered_while_full_writes_with_no_runtime_while_there_is_room() {
-        let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
-        let mut writer = WriteDirect::while_full(write);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        // No runtime exists here: registering would fail, so the write was made directly.
-        let wrote = write_now(&mut writer, &mut cx, b"frame");
-        assert!(matches!(wrote, Poll::Ready(Ok(5))), "{wrote:?}");
-        assert!(matches!(writer.state, WriteState::Idle(_)));
-        let mut got = [0u8; 5];
-        std::fs::File::from(read).read_exact(&mut got).unwrap();
-        assert_eq!(&got, b"frame");
+    /// The writer's own instance has its descriptor armed for room.
+    fn armed(writer: &WriteDirect) -> bool {
+        matches!(writer.watch, Watch::Armed { armed: true, .. })
     }
 
     #[test]
-    fn a_writer_registered_while_full_waits_for_room_then_leaves_the_event_loop() {
-        runtime().block_on(async {
-            let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
-            let mut writer = WriteDirect::while_full(write);
-            let filled = fill(&mut writer);
-            assert!(matches!(
-                writer.state,
-                WriteState::Registered { full: true, .. }
-            ));
-            drain_and_write(&mut writer, std::fs::File::from(read), filled).await;
-            assert!(matches!(writer.state, WriteState::Idle(_)));
-        });
-    }
-
-    #[test]
-    fn a_writer_registered_for_life_waits_for_room_then_writes_directly_and_stays() {
+    fn a_registered_writer_waits_for_room_then_writes_directly_again() {
         runtime().block_on(async {
             let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
             let mut writer = WriteDirect::registered(write).unwrap();
             let filled = fill(&mut writer);
-            assert!(matches!(
-                writer.state,
-                WriteState::Registered { full: true, .. }
-            ));
+            assert!(writer.full);
             drain_and_write(&mut writer, std::fs::File::from(read), filled).await;
-            // Still registered (nothing to add or remove later), writing directly again.
-            assert!(matches!(
-                writer.state,
-                WriteState::Registered { full: false, .. }
-            ));
+            assert!(!writer.full);
         });
     }
 
     #[test]
-    fn a_writer_registered_while_full_is_not_registered_by_another_process() {
+    fn a_writer_armed_while_full_waits_for_room_then_disarms() {
         runtime().block_on(async {
-            let (_read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
-            let mut writer = WriteDirect::while_full(write);
-            // As if this process were a fork of the writer's maker.
-            let maker = writer
-                .while_full_in
-                .map(|pid| pid.as_raw_nonzero().get() + 1);
-            writer.while_full_in = maker.and_then(Pid::from_raw);
-            let chunk = [7u8; 4096];
+            let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
+            let mut writer = WriteDirect::armed_while_full(write).unwrap();
             let mut cx = Context::from_waker(std::task::Waker::noop());
-            let refused = loop {
-                match write_now(&mut writer, &mut cx, &chunk) {
-                    Poll::Ready(Ok(_)) => {}
-                    Poll::Ready(Err(err)) => break err,
-                    Poll::Pending => panic!("it registered the descriptor"),
-                }
-            };
-            assert!(refused.to_string().contains("forked"), "{refused}");
-            assert!(matches!(writer.state, WriteState::Idle(_)));
+            assert!(matches!(
+                write_now(&mut writer, &mut cx, b"frame"),
+                Poll::Ready(Ok(5))
+            ));
+            assert!(!armed(&writer), "armed while the pipe had room");
+            let filled = fill(&mut writer) + 5;
+            assert!(writer.full && armed(&writer));
+            drain_and_write(&mut writer, std::fs::File::from(read), filled).await;
+            assert!(!writer.full && !armed(&writer));
+        });
+    }
+
+    #[test]
+    fn a_writer_armed_while_full_is_woken_by_room_that_comes_while_it_waits() {
+        runtime().block_on(async {
+            let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
+            let mut reader = std::fs::File::from(read);
+            let mut writer = WriteDirect::armed_while_full(write).unwrap();
+            for _ in 0..3 {
+                // Each round: full, waiting (registered for the wake-up), then room from a
+                // reader that starts only once the write waits.
+                let filled = fill(&mut writer);
+                let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let started = std::sync::Arc::clone(&waiting);
+                let drained = std::thread::spawn(move || {
+                    while !started.load(std::sync::atomic::Ordering::Acquire) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    let mut sink = vec![0u8; filled];
+                    reader.read_exact(&mut sink).unwrap();
+                    reader
+                });
+                let chunk = [9u8; 4096];
+                let wrote = poll_fn(|cx| {
+                    let polled = write_now(&mut writer, cx, &chunk);
+                    if polled.is_pending() {
+                        waiting.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    polled
+                });
+                let wrote = tokio::time::timeout(std::time::Duration::from_secs(10), wrote)
+                    .await
+                    .expect("the room that came never woke the writer")
+                    .unwrap();
+                assert_eq!(wrote, chunk.len());
+                reader = drained.join().unwrap();
+                let mut sink = vec![0u8; chunk.len()];
+                reader.read_exact(&mut sink).unwrap();
+            }
         });
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn split_socket(fd: OwnedFd) -> io::Result<(SocketReader, SocketWrite
         read: ReadWindow::new(fd)?,
     };
     let writer = SocketWriter {
-        write: WriteDirect::while_full(write_fd),
+        write: WriteDirect::armed_while_full(write_fd)?,
         shut_down: false,
     };
     Ok((reader, writer))
@@ -88,9 +88,9 @@ fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
 
 /// The write half of a socket transport. Writes go straight to the socket; the half joins the
 /// event loop only when the socket buffer is full, and leaves it once a write fits whole
-/// ([`WriteDirect::while_full`]; in a process forked from the one that made it, a write that
-/// finds the buffer full fails instead). Dropping it (or `shutdown`) ends the write direction:
-/// the peer sees end of stream.
+/// ([`WriteDirect::armed_while_full`]: through an `epoll` instance of its own, registered as
+/// the half is made). Dropping it (or `shutdown`) ends the write direction: the peer sees end
+/// of stream.
 #[derive(Debug)]
 pub struct SocketWriter {
     write: WriteDirect,
@@ -111,10 +111,6 @@ fn send_slices(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
             other => return Ok(other?),
         }
     }
-}
-
-fn broken() -> io::Error {
-    io::Error::other("socket write half lost its descriptor")
 }
 
 impl AsyncWrite for SocketWriter {
@@ -143,7 +139,7 @@ impl AsyncWrite for SocketWriter {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let fd = self.write.fd().ok_or_else(broken)?;
+        let fd = self.write.fd();
         let result = match shutdown(fd, Shutdown::Write) {
             Ok(()) | Err(Errno::NOTCONN) => Ok(()),
             Err(err) => Err(err.into()),
@@ -158,9 +154,7 @@ impl Drop for SocketWriter {
         // The read half holds the socket open, so closing our descriptor alone would not end
         // the stream: shut the write direction down explicitly, as a dropped writer should.
         if !self.shut_down {
-            if let Some(fd) = self.write.fd() {
-                let _ = shutdown(fd, Shutdown::Write);
-            }
+            let _ = shutdown(self.write.fd(), Shutdown::Write);
         }
     }
 }
