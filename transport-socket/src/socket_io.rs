@@ -4,9 +4,11 @@
 //! writability, edge-triggered. A Unix stream socket signals "writable" every time its peer
 //! consumes data, so every frame the peer reads wakes the sender's runtime for nothing: one
 //! spurious wake-up (two context switches) per message, which doubled the round-trip cost of
-//! small frames. Here the read half is registered for readability only, and the write half is
-//! not registered at all while writes succeed; it joins the event loop only while the socket
-//! buffer is full.
+//! small frames. Here the read half is registered for readability only, and the write half
+//! writes straight to the socket and learns of room through an `epoll` instance of its own,
+//! which watches the socket only while its buffer is full
+//! ([`WriteDirect::armed_while_full`]): the runtime hears nothing of the peer's reads
+//! otherwise. Both register with the runtime as they are made, and never after.
 //!
 //! The read half reads into an adaptive window of the caller's buffer, zero-initialised first
 //! so that no `unsafe` is needed to read into uninitialised memory
@@ -33,7 +35,7 @@ use rustix::net::{recv, sendmsg, shutdown, RecvFlags, SendAncillaryBuffer, SendF
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Splits a connected stream socket we own into its two halves. The write half gets its own
-/// descriptor (a duplicate), so the two register with the event loop independently. Must be
+/// descriptor (a duplicate), so the two are watched independently. Must be
 /// called inside a tokio runtime with I/O enabled.
 pub(crate) fn split_socket(fd: OwnedFd) -> io::Result<(SocketReader, SocketWriter)> {
     ioctl_fionbio(&fd, true)?;
@@ -86,11 +88,11 @@ fn recv_now(fd: BorrowedFd<'_>, dst: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// The write half of a socket transport. Writes go straight to the socket; the half joins the
-/// event loop only when the socket buffer is full, and leaves it once a write fits whole
-/// ([`WriteDirect::armed_while_full`]: through an `epoll` instance of its own, registered as
-/// the half is made). Dropping it (or `shutdown`) ends the write direction: the peer sees end
-/// of stream.
+/// The write half of a socket transport. Writes go straight to the socket; only while the
+/// socket buffer is full does the half wait for the runtime's word that there is room, through
+/// an `epoll` instance of its own registered as the half is made
+/// ([`WriteDirect::armed_while_full`]). Dropping it (or `shutdown`) ends the write direction:
+/// the peer sees end of stream.
 #[derive(Debug)]
 pub struct SocketWriter {
     write: WriteDirect,
