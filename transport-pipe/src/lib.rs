@@ -8,7 +8,8 @@
 //! frame buffer once. On the worker side, [`take_worker_stdio`] moves the channel off fds 0
 //! and 1 so handler output cannot reach it, and its reader ([`PipeReader`]) lets an idle worker
 //! wait for the host in one blocking `read` where the kernel allows
-//! ([`StreamTransport::with_blocking_read`]).
+//! ([`StreamTransport::with_blocking_read`]). Both sides write with a [`PipeWriter`]: one
+//! `writev` a batch, straight to the pipe, the runtime asked for room only when it is full.
 //!
 //! ```
 //! use airlock_protocol::transport::{FrameReceiver, FrameSender, Transport};
