@@ -50,13 +50,7 @@ impl PipeReader {
     /// runtime for readability only. Must be called inside a tokio runtime with I/O enabled.
     /// Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a pipe.
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
-        if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::Fifo {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the channel's read end is not a pipe",
-            ));
-        }
-        ioctl_fionbio(&fd, true)?;
+        let fd = nonblocking_pipe_end(fd, "read")?;
         Ok(Self {
             read: ReadWindow::new(fd)?,
             nowait: false,
@@ -90,6 +84,19 @@ impl PipeReader {
         self.nowait = true;
         Ok(true)
     }
+}
+
+/// `fd`, one end of a pipe (`which`: "read" or "write", for the error), made non-blocking.
+/// Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a pipe.
+pub(crate) fn nonblocking_pipe_end(fd: OwnedFd, which: &str) -> io::Result<OwnedFd> {
+    if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::Fifo {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the channel's {which} end is not a pipe"),
+        ));
+    }
+    ioctl_fionbio(&fd, true)?;
+    Ok(fd)
 }
 
 /// Whether this kernel honours `RWF_NOWAIT` on a pipe's reads: its release is Linux 6.4 or

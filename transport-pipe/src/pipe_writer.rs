@@ -14,10 +14,10 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use rustix::fs::{fstat, FileType};
-use rustix::io::{ioctl_fionbio, writev, Errno};
+use rustix::io::{writev, Errno};
 use tokio::io::AsyncWrite;
 
+use crate::pipe_reader::nonblocking_pipe_end;
 use crate::WriteDirect;
 
 /// The write end of a pipe (see the module docs). Dropping it closes the descriptor, which
@@ -32,13 +32,7 @@ impl PipeWriter {
     /// runtime's event loop for writability. Must be called inside a tokio runtime with I/O
     /// enabled. Fails with [`io::ErrorKind::InvalidInput`] if `fd` is not a pipe.
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
-        if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::Fifo {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the channel's write end is not a pipe",
-            ));
-        }
-        ioctl_fionbio(&fd, true)?;
+        let fd = nonblocking_pipe_end(fd, "write")?;
         Ok(Self {
             write: WriteDirect::registered(fd)?,
         })

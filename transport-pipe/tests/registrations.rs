@@ -70,6 +70,21 @@ async fn wait_for_room_twice(writer: &mut WriteDirect, read: OwnedFd) {
     }
 }
 
+/// Makes a writer of a fresh pipe's write end with `make`, has it wait for room twice, and
+/// checks that the process's registrations are then what they were once it was made; returns
+/// those registrations and the write end's number.
+async fn waits_for_room(
+    make: fn(OwnedFd) -> std::io::Result<WriteDirect>,
+) -> (BTreeSet<(i32, i32)>, i32) {
+    let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
+    let write_fd = write.as_raw_fd();
+    let mut writer = make(write).unwrap();
+    let made = registrations();
+    wait_for_room_twice(&mut writer, read).await;
+    assert_eq!(registrations(), made, "the writer's registrations changed");
+    (made, write_fd)
+}
+
 #[test]
 fn a_writer_waiting_for_room_registers_nothing_it_did_not_as_it_was_made() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -78,27 +93,14 @@ fn a_writer_waiting_for_room_registers_nothing_it_did_not_as_it_was_made() {
         .unwrap();
     runtime.block_on(async {
         // A pipe's write end, registered itself.
-        let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
-        let write_fd = write.as_raw_fd();
-        let mut writer = WriteDirect::registered(write).unwrap();
-        let made = registrations();
+        let (made, write_fd) = waits_for_room(WriteDirect::registered).await;
         assert!(
             made.iter().any(|&(_, watched)| watched == write_fd),
             "the write end is not registered, or this test cannot see registrations: {made:?}"
         );
-        wait_for_room_twice(&mut writer, read).await;
-        assert_eq!(
-            registrations(),
-            made,
-            "a registered writer's registrations changed"
-        );
-        drop(writer);
 
         // A descriptor watched through an instance of the writer's own, armed while full.
-        let (read, write) = pipe_with(PipeFlags::NONBLOCK).unwrap();
-        let write_fd = write.as_raw_fd();
-        let mut writer = WriteDirect::armed_while_full(write).unwrap();
-        let made = registrations();
+        let (made, write_fd) = waits_for_room(WriteDirect::armed_while_full).await;
         let own = made
             .iter()
             .find(|&&(_, watched)| watched == write_fd)
@@ -107,12 +109,6 @@ fn a_writer_waiting_for_room_registers_nothing_it_did_not_as_it_was_made() {
         assert!(
             made.iter().any(|&(_, watched)| watched == own),
             "the runtime does not watch the writer's own instance: {made:?}"
-        );
-        wait_for_room_twice(&mut writer, read).await;
-        assert_eq!(
-            registrations(),
-            made,
-            "an armed writer's registrations changed"
         );
     });
 }
