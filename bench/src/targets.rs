@@ -194,6 +194,26 @@ const REPORTED: &[Reported] = &[
     },
 ];
 
+impl Target {
+    fn is_met(&self, ratio: f64) -> bool {
+        if self.at_most {
+            ratio <= self.bound
+        } else {
+            ratio >= self.bound
+        }
+    }
+
+    /// `ratio` with two decimals, or with as many more as it takes (up to six) for the figure
+    /// shown to keep the verdict: 1.105 against a bound of at most 1.10 is not shown as 1.10.
+    fn shown(&self, ratio: f64) -> String {
+        let met = self.is_met(ratio);
+        (2..=6)
+            .map(|decimals| format!("{ratio:.decimals$}"))
+            .find(|text| text.parse().is_ok_and(|shown| self.is_met(shown) == met))
+            .unwrap_or_else(|| format!("{ratio}"))
+    }
+}
+
 fn find<'a>(row: &'a Row, name: Option<&str>) -> Option<&'a Series> {
     match name {
         None => Some(&row.airlock),
@@ -226,16 +246,12 @@ pub fn markdown(rows: &[Row]) -> String {
             .map(|(over, under)| over.median() / under.median());
         let line = match ratio {
             Some(r) if r.is_finite() => {
-                let met = if target.at_most {
-                    r <= target.bound
-                } else {
-                    r >= target.bound
-                };
+                let met = target.is_met(r);
                 format!(
-                    "- {}: {:.2}× — **{}**\n",
+                    "- {}: {}× — **{}**\n",
                     target.what,
-                    r,
-                    if met { "met" } else { "not met" }
+                    target.shown(r),
+                    verdict(met)
                 )
             }
             _ => format!("- {}: not measured in this run\n", target.what),
@@ -287,4 +303,35 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(bound: f64, at_most: bool) -> Target {
+        Target {
+            what: "",
+            row: "",
+            over: None,
+            under: "",
+            bound,
+            at_most,
+        }
+    }
+
+    #[test]
+    fn a_ratio_is_shown_with_the_decimals_that_keep_its_verdict() {
+        let at_most = target(1.10, true);
+        assert_eq!(at_most.shown(1.105), "1.105");
+        assert!(!at_most.is_met(1.105));
+        assert_eq!(at_most.shown(1.0987), "1.10");
+        assert!(at_most.is_met(1.0987));
+        assert_eq!(at_most.shown(0.47), "0.47");
+        let at_least = target(0.6, false);
+        assert_eq!(at_least.shown(0.5996), "0.5996");
+        assert!(!at_least.is_met(0.5996));
+        assert_eq!(at_least.shown(0.6004), "0.60");
+        assert_eq!(at_least.shown(1.01), "1.01");
+    }
 }
