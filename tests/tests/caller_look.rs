@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_host::{Host, TransportChoice};
 use airlock_tests::e2e::{fast_restarts, pin_to_one_cpu, rogue_bin, rogue_struck, soon, within};
+use airlock_tests::support::current_thread_runtime;
 
 airlock_host::method!(
     /// The rogue's honest `echo` on a `u64`.
@@ -43,13 +44,6 @@ airlock_host::method!(
     pub TouchyEcho, "echo", u64 => Touchy
 );
 
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 async fn honest_rogue(transport: TransportChoice, restarts: u32) -> Host {
     Host::builder(rogue_bin())
         .arg("honest")
@@ -66,7 +60,7 @@ async fn honest_rogue(transport: TransportChoice, restarts: u32) -> Host {
 #[test]
 fn a_response_type_that_panics_on_the_workers_bytes_is_a_lie_not_a_panic_in_the_caller() {
     pin_to_one_cpu();
-    current_thread().block_on(async {
+    current_thread_runtime().block_on(async {
         let host = honest_rogue(TransportChoice::Pipe, 5).await;
         for round in 0..3u64 {
             // Calls made alone and answered during the write: looks pay.
@@ -102,7 +96,7 @@ fn a_response_type_that_panics_on_the_workers_bytes_is_a_lie_not_a_panic_in_the_
 #[test]
 fn calls_made_alone_on_one_cpu_are_each_answered_with_their_own_value() {
     pin_to_one_cpu();
-    current_thread().block_on(async {
+    current_thread_runtime().block_on(async {
         let host = honest_rogue(TransportChoice::Pipe, 0).await;
         for i in 0..5000u64 {
             let echoed = host.call_with_deadline::<U64Echo>(&i, soon(10_000)).await;
@@ -175,7 +169,7 @@ fn blocking_callers_on_several_threads_are_each_answered() {
 #[test]
 fn answers_of_every_size_over_every_transport_arrive_whole() {
     pin_to_one_cpu();
-    current_thread().block_on(async {
+    current_thread_runtime().block_on(async {
         for transport in [
             TransportChoice::Pipe,
             TransportChoice::SocketInherited,
@@ -222,7 +216,7 @@ fn next_call_after_a_pipe_lock_hold(
     within(std::time::Duration::from_secs(20), move || {
         let runtime = if confined {
             pin_to_one_cpu();
-            current_thread()
+            current_thread_runtime()
         } else {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

@@ -21,6 +21,7 @@ use airlock_protocol::{decode_frame, CallId};
 use airlock_test_support::child::wait_for_forked;
 use airlock_test_support::hex;
 use airlock_tests::e2e::{rogue_host_in, ScratchDir};
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -56,10 +57,7 @@ fn echo(runtime: &tokio::runtime::Runtime, host: &Host, text: &str) -> bool {
 fn invariant_04_ids_stay_fresh_on_both_sides_of_a_fork() {
     let dir = ScratchDir::new("fork");
     let log = dir.join("log");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     // An honest rogue that logs every frame it receives (no `ROGUE_ONCE`: it "strikes" by
     // serving honestly, which is what turns its log on).
     let host = runtime

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use airlock_host::{CallError, Host};
 use airlock_test_support::child::wait_for_forked;
 use airlock_tests::e2e::worker_bin;
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::{Echo, Sleep};
 use serde_bytes::ByteBuf;
 
@@ -45,10 +46,7 @@ fn in_forked_child(child: impl FnOnce() -> i32) -> Option<i32> {
 
 #[test]
 fn a_host_used_in_a_forked_child_still_times_out_its_calls() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
 
     // 1. A new call in the child, with a deadline later than the one the supervisor's timer
     // was left armed for in the parent: the call cannot wake the supervisor by being earlier.

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use airlock_host::{Host, TransportChoice};
 use airlock_test_support::child::wait_for_forked;
 use airlock_tests::e2e::worker_bin;
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -30,10 +31,7 @@ const MORE_THAN_A_BUFFER: usize = 16 << 20;
 /// its own runtime and makes a call. The parent must get that call's outcome, whatever it is
 /// (the child's partial frame has broken the stream the two shared), within its deadline.
 fn a_forked_child_waiting_for_room_leaves_the_parents_runtime_whole(transport: TransportChoice) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     let host = runtime
         .block_on(
             Host::builder(worker_bin())

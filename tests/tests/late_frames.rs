@@ -7,15 +7,13 @@ use std::time::{Duration, Instant};
 
 use airlock_host::{CallError, Host, RestartPolicy};
 use airlock_tests::e2e::worker_bin;
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::Sleep;
 
 #[test]
 fn a_reply_after_its_deadline_is_never_delivered() {
     // One thread, so that blocking it holds the host's driver still while the worker answers.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     runtime.block_on(async {
         let host = Host::builder(worker_bin())
             .restart_policy(RestartPolicy {

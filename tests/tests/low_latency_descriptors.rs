@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use airlock_host::{Host, TransportChoice};
 use airlock_tests::e2e::worker_bin;
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::Sum;
 
 fn open_descriptors() -> usize {
@@ -48,10 +49,7 @@ fn a_host_holds_as_many_descriptors_in_the_low_latency_mode_and_out_of_it_on_eit
         .enable_all()
         .build()
         .unwrap();
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let current = current_thread_runtime();
     // A first spawn may open descriptors the process keeps for later spawns: counted here,
     // not below.
     held_by_a_host(&multi, TransportChoice::Pipe, window);

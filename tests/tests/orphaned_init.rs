@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use airlock_host::Host;
 use airlock_test_support::ChildMode;
 use airlock_tests::e2e::{children_of_this_process, remove_cgroups_left_since, worker_bin};
+use airlock_tests::support::current_thread_runtime;
 use rustix::process::{Pid, WaitOptions};
 
 /// Init's exit code when its set-up failed (`INIT_SET_UP_FAILED` in `airlock-host`).
@@ -34,10 +35,7 @@ const LOOPING: &str = "orphaned-init-host-looping";
 /// The host process's part: spawn a confined worker, shut it down, again, until killed (at most
 /// a minute, should the test that started it be gone).
 fn run_as_the_host_process() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     runtime.block_on(async {
         let started = Instant::now();
         let mut first = true;

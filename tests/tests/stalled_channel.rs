@@ -10,6 +10,7 @@ use airlock_host::{CallError, Confinement, Host, LostReason};
 use airlock_tests::e2e::{
     fast_restarts, process_alive, rogue_bin, share_with_worker, soon, wait_until, ScratchDir,
 };
+use airlock_tests::support::current_thread_runtime;
 use airlock_worker::builtin::Echo;
 use serde_bytes::ByteBuf;
 
@@ -207,10 +208,7 @@ async fn a_write_begun_on_a_callers_runtime_that_ended_keeps_the_send_deadline()
     // 4 MiB: more than the pipe holds (1 MiB at most), so the write has to wait.
     let caller = host.clone();
     let gave_up = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = current_thread_runtime();
         let outcome = runtime.block_on(async {
             tokio::time::timeout(
                 Duration::from_millis(100),
@@ -316,10 +314,7 @@ async fn a_lost_workers_end_of_stream_never_reaches_its_replacement() {
 fn calls_outlive_the_hosts_runtime_with_one_outcome() {
     let dir = ScratchDir::new("runtime-gone");
     share_with_worker(&dir);
-    let host_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let host_runtime = current_thread_runtime();
     let host = host_runtime
         .block_on(
             Host::builder(rogue_bin())
@@ -329,10 +324,7 @@ fn calls_outlive_the_hosts_runtime_with_one_outcome() {
                 .spawn(),
         )
         .expect("the rogue completes its handshake");
-    let caller_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let caller_runtime = current_thread_runtime();
     // A call future polled once on the caller's runtime (its frame is out), then dropped
     // outside any runtime: its cancel is queued for a writer that is still alive.
     let mut dropped = Box::pin({

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use airlock_host::{CallError, Confinement, Host};
 use airlock_tests::e2e::{rogue_bin, rogue_struck, soon, within, RogueEcho, ScratchDir};
+use airlock_tests::support::current_thread_runtime;
 
 /// What the rogue marked after trying to hold its stderr (`armed` just before a `splice` that
 /// would hold a pipe's lock, or why it could not make one) and what the next call, due in
@@ -16,10 +17,7 @@ use airlock_tests::e2e::{rogue_bin, rogue_struck, soon, within, RogueEcho, Scrat
 /// never returns.
 fn next_call_after_a_stderr_hold() -> Option<(String, Result<u64, CallError>)> {
     within(Duration::from_secs(20), || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let runtime = current_thread_runtime();
         let dir = ScratchDir::new("stderr-lock");
         let mark = dir.join("mark");
         runtime.block_on(async {

@@ -9,6 +9,7 @@
 
 use airlock_host::{Confinement, Host};
 use airlock_tests::e2e::worker_bin;
+use airlock_tests::support::current_thread_runtime;
 
 /// The signal sets of `/proc/<pid>/task/<tid>/status` named `field` (`SigBlk:`), as a mask.
 fn signal_set(task: &str, field: &str) -> u64 {
@@ -43,10 +44,7 @@ fn a_worker_starts_with_no_signal_blocked_when_the_hosts_threads_block_some() {
         );
     }
     let blocked = bit(libc::SIGUSR2) | bit(libc::SIGTERM);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     for (mode, confinement) in [
         ("strict", Confinement::strict()),
         ("none", Confinement::none()),
